@@ -1,0 +1,81 @@
+//! Token checks for `hello` (H1–H3, S1, S2). Every comparison is constant-time, and every
+//! configured token is compared on every attempt, so timing says nothing about which token
+//! matched or how much of one did.
+
+use crate::config::Config;
+use crate::wire::{ErrorCode, Rejection};
+
+/// Compares two byte strings in time that depends only on their lengths.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() ^ b.len()) as u64;
+    let n = a.len().max(b.len());
+    for i in 0..n {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= u64::from(x ^ y);
+    }
+    // `black_box` keeps the optimizer from turning the loop into an early exit.
+    std::hint::black_box(diff) == 0
+}
+
+/// What a `hello` may become.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A phone: addressable by its device id.
+    Device,
+    /// A `MOBILE_DELIVER_TOKENS` connection: may `deliver`, never addressable (S2).
+    Service,
+}
+
+/// Checks a token and a device id against the configuration.
+pub fn authorize(config: &Config, token: &str, device_id: &str) -> Result<Role, Rejection> {
+    let token = token.as_bytes();
+    if token.is_empty() {
+        return Err(Rejection::new(ErrorCode::AuthFailed, "token is required"));
+    }
+    let main = ct_eq(token, config.token.as_bytes());
+    let mut service = false;
+    for t in &config.deliver_tokens {
+        service |= ct_eq(token, t.as_bytes());
+    }
+    // H2 both ways: the token's own binding, and the device id's bindings.
+    let mut bound_elsewhere = false;
+    let mut bound_here = false;
+    let mut device_is_bound = false;
+    let mut device_accepts = false;
+    for (dev, t) in &config.extra_tokens {
+        let same_token = ct_eq(token, t.as_bytes());
+        let same_device = dev == device_id;
+        bound_here |= same_token && same_device;
+        bound_elsewhere |= same_token && !same_device;
+        device_is_bound |= same_device;
+        device_accepts |= same_device && same_token;
+    }
+    if !(main || service || bound_here || bound_elsewhere) {
+        return Err(Rejection::new(ErrorCode::AuthFailed, "invalid token"));
+    }
+    if (bound_elsewhere && !bound_here && !main && !service) || (device_is_bound && !device_accepts) {
+        return Err(Rejection::new(
+            ErrorCode::Forbidden,
+            "device id is bound to another token",
+        ));
+    }
+    if !config.allowed_devices.is_empty() && !config.allowed_devices.iter().any(|d| d == device_id) {
+        return Err(Rejection::new(ErrorCode::AuthFailed, "device is not allowed"));
+    }
+    Ok(if service { Role::Service } else { Role::Device })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ct_eq_compares_contents_and_lengths() {
+        assert!(ct_eq(b"secret", b"secret"));
+        assert!(!ct_eq(b"secret", b"secreT"));
+        assert!(!ct_eq(b"secret", b"secret2"));
+        assert!(!ct_eq(b"", b"x"));
+        assert!(ct_eq(b"", b""));
+    }
+}

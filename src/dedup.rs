@@ -1,0 +1,156 @@
+//! The idempotency window (decisions I1, I2, S4).
+//!
+//! Keys are `<device id>:<id>` after truncation; each device has its own window of at most
+//! `DEDUP_CAPACITY` entries that live `window` long, oldest evicted first. Keeping the
+//! windows per device means one chatty device cannot evict another's entries. A window that
+//! empties is removed, so devices that went away cost nothing. An entry may carry a small
+//! value: a `deliver` remembers which device it reached, to confirm a repeat (S4).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use crate::ids::DeviceId;
+use crate::time::Time;
+
+#[derive(Debug)]
+struct Window<V> {
+    order: VecDeque<(Time, String)>,
+    entries: HashMap<String, (Time, V)>,
+}
+
+impl<V> Default for Window<V> {
+    fn default() -> Self {
+        Window {
+            order: VecDeque::new(),
+            entries: HashMap::new(),
+        }
+    }
+}
+
+impl<V> Window<V> {
+    /// Drops this window's entries older than `lifetime`; returns how many.
+    fn expire(&mut self, now: Time, lifetime: Duration) -> usize {
+        let mut removed = 0;
+        while let Some((at, _)) = self.order.front() {
+            if now.since(*at) < lifetime {
+                break;
+            }
+            if let Some((_, key)) = self.order.pop_front() {
+                self.entries.remove(&key);
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+#[derive(Debug)]
+pub struct Dedup<V = ()> {
+    windows: HashMap<DeviceId, Window<V>>,
+    lifetime: Duration,
+    capacity: usize,
+    len: usize,
+}
+
+impl<V> Dedup<V> {
+    pub fn new(lifetime: Duration, capacity: usize) -> Dedup<V> {
+        Dedup {
+            windows: HashMap::new(),
+            lifetime,
+            capacity: capacity.max(1),
+            len: 0,
+        }
+    }
+
+    /// The value recorded for `(device, id)`, if the entry is still within the window.
+    pub fn get(&self, now: Time, device: &DeviceId, id: &str) -> Option<&V> {
+        let window = self.windows.get(device)?;
+        let (at, value) = window.entries.get(id)?;
+        // Expired entries may linger until the next sweep; they no longer count.
+        (now.since(*at) < self.lifetime).then_some(value)
+    }
+
+    pub fn contains(&self, now: Time, device: &DeviceId, id: &str) -> bool {
+        self.get(now, device, id).is_some()
+    }
+
+    /// Records `(device, id)`. Re-recording an existing key refreshes its value, not its age.
+    pub fn insert(&mut self, now: Time, device: &DeviceId, id: &str, value: V) {
+        let lifetime = self.lifetime;
+        let window = self.windows.entry(device.clone()).or_default();
+        self.len -= window.expire(now, lifetime);
+        if let Some((_, existing)) = window.entries.get_mut(id) {
+            *existing = value;
+            return;
+        }
+        if window.order.len() >= self.capacity {
+            if let Some((_, oldest)) = window.order.pop_front() {
+                window.entries.remove(&oldest);
+                self.len -= 1;
+            }
+        }
+        window.order.push_back((now, id.to_owned()));
+        window.entries.insert(id.to_owned(), (now, value));
+        self.len += 1;
+    }
+
+    /// Drops entries older than the window, and windows left empty.
+    pub fn expire(&mut self, now: Time) {
+        let lifetime = self.lifetime;
+        let mut removed = 0;
+        self.windows.retain(|_, w| {
+            removed += w.expire(now, lifetime);
+            !w.order.is_empty()
+        });
+        self.len -= removed;
+    }
+
+    /// Entries held, fresh or not yet swept.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(s: &str) -> DeviceId {
+        DeviceId(s.into())
+    }
+
+    #[test]
+    fn entries_live_for_the_window_exactly() {
+        // decisions I1: 600 s
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000);
+        d.insert(Time::ZERO, &dev("a"), "m1", ());
+        assert!(d.contains(Time::from_millis(599_999), &dev("a"), "m1"));
+        assert!(!d.contains(Time::from_secs(600), &dev("a"), "m1"));
+        assert!(!d.contains(Time::ZERO, &dev("b"), "m1"), "keys are per device");
+    }
+
+    #[test]
+    fn capacity_evicts_oldest_first() {
+        // decisions I1: at most 4000 entries, oldest evicted first
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 3);
+        for id in ["1", "2", "3", "4"] {
+            d.insert(Time::ZERO, &dev("a"), id, ());
+        }
+        assert!(!d.contains(Time::ZERO, &dev("a"), "1"));
+        assert!(d.contains(Time::ZERO, &dev("a"), "4"));
+        assert_eq!(d.len(), 3);
+    }
+
+    #[test]
+    fn expiry_frees_windows() {
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000);
+        d.insert(Time::ZERO, &dev("a"), "m1", ());
+        d.expire(Time::from_secs(601));
+        assert!(d.is_empty());
+        assert!(d.windows.is_empty());
+    }
+}

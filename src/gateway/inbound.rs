@@ -1,0 +1,341 @@
+//! What the app sends: `hello`, then user frames.
+
+use std::borrow::Cow;
+
+use super::timers::TimerKey;
+use super::{AvatarState, ConnState, Device, Gateway, Output};
+use crate::agent::{AgentEvent, Audio, UserInfo};
+use crate::auth::{authorize, Role};
+use crate::base64::{decode_into, decoded_len};
+use crate::ids::{ConnId, DeviceId};
+use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES};
+use crate::prompts::Closed;
+use crate::time::Time;
+use crate::uploads::ChunkOutcome;
+use crate::wire::client::{AudioFrame, ClientFrame, Deliver, Hello, MediaChunk, PromptAnswer};
+use crate::wire::server::{encode, Avatar, Delivered, Pong, Ready, Typing};
+use crate::wire::{parse_client_frame, ErrorCode, Rejection};
+
+impl Gateway {
+    /// One whole WebSocket message, text or binary (G6).
+    pub fn handle_message(&mut self, now: Time, conn: ConnId, bytes: &[u8]) {
+        let Some(c) = self.conns.get(&conn) else {
+            log::debug!("{conn:?}: message for a closed connection ignored");
+            return;
+        };
+        let parsed = parse_client_frame(bytes);
+        match &c.state {
+            ConnState::AwaitingHello => match parsed {
+                Ok(ClientFrame::Hello(hello)) => self.on_hello(now, conn, hello),
+                // G4: anything else first is fatal `bad_frame`.
+                Ok(_) => self.fail(conn, Rejection::bad_frame("first frame must be hello")),
+                Err(r) if r.code == ErrorCode::BadFrame => self.fail(conn, r),
+                Err(r) => self.fail(
+                    conn,
+                    Rejection::bad_frame("first frame must be hello").with_id(r.id.as_deref()),
+                ),
+            },
+            ConnState::Ready { device, role } => {
+                let (device, role) = (device.clone(), *role);
+                match parsed {
+                    Ok(frame) => self.on_frame(now, conn, device, role, frame),
+                    Err(r) => self.send_error(conn, &r, false),
+                }
+            }
+        }
+    }
+
+    fn on_hello(&mut self, now: Time, conn: ConnId, hello: Hello<'_>) {
+        let device = if hello.device_id.trim().is_empty() {
+            self.ids.device_id()
+        } else {
+            DeviceId(hello.device_id.into_owned())
+        };
+        let role = match authorize(&self.config, &hello.token, device.as_str()) {
+            Ok(role) => role,
+            Err(r) => return self.fail(conn, r),
+        };
+        let name = if hello.device_name.is_empty() {
+            device.as_str().to_owned()
+        } else {
+            hello.device_name.into_owned()
+        };
+        if role == Role::Device {
+            // H5: the newest connection of a device wins.
+            let previous = self.devices.get(&device).and_then(|d| d.conn);
+            if let Some(old) = previous.filter(|old| *old != conn) {
+                log::info!("device {device}: {old:?} replaced by {conn:?}");
+                self.close(old, CLOSE_NORMAL, "replaced");
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.state = ConnState::Ready {
+                device: device.clone(),
+                role,
+            };
+        }
+        let ready = encode("ready", &Ready::new(device.as_str(), &name, &self.config.avatar_url));
+        self.send(conn, ready);
+        self.outputs.push_back(Output::Authenticated {
+            conn,
+            device: device.clone(),
+            service: role == Role::Service,
+        });
+        if role == Role::Service {
+            return; // S2: never addressable.
+        }
+        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        d.conn = Some(conn);
+        d.name = name;
+        d.user = UserInfo {
+            id: hello.user_id.into_owned(),
+            name: hello.user_name.into_owned(),
+        };
+        // H5, P1: open cards first, then output held while offline (M4).
+        let cards: Vec<String> = self.prompts.for_device(&device).iter().map(|c| c.frame(now)).collect();
+        for frame in cards {
+            self.send(conn, frame);
+        }
+        self.flush_hold(conn, &device);
+    }
+
+    fn on_frame(&mut self, now: Time, conn: ConnId, device: DeviceId, role: Role, frame: ClientFrame<'_>) {
+        let user_frame = matches!(
+            frame,
+            ClientFrame::Text(_) | ClientFrame::Audio(_) | ClientFrame::Media(_) | ClientFrame::Prompt(_)
+        );
+        if user_frame && role == Role::Service {
+            // S2: a service connection has no session for the agent to answer.
+            let r = Rejection::new(ErrorCode::Forbidden, "service connections may only deliver");
+            return self.send_error(conn, &r, false);
+        }
+        match frame {
+            ClientFrame::Hello(_) => self.send_error(conn, &Rejection::bad_frame("repeated hello"), false),
+            ClientFrame::Text(t) => {
+                if self.is_duplicate(now, &device, &t.id) {
+                    return;
+                }
+                self.accept_message(now, &device, &t.id, Some(t.text.into_owned()), None, None);
+            }
+            ClientFrame::Audio(a) => self.on_audio(now, conn, &device, a),
+            ClientFrame::Media(m) => self.on_media(now, conn, &device, m),
+            ClientFrame::Prompt(p) => self.on_prompt(now, conn, &device, p),
+            ClientFrame::Typing => self.events.push_back(AgentEvent::UserTyping { device }),
+            ClientFrame::Ping { ts } => self.send(conn, encode("pong", &Pong { ts })),
+            ClientFrame::Ack { .. } => {}
+            ClientFrame::Deliver(d) => self.on_deliver(now, conn, &device, role, d),
+            ClientFrame::Unknown(t) => log::debug!("{conn:?}: ignored frame of unknown type {t:?} (G3)"),
+        }
+    }
+
+    /// I2: a `text`/`audio` seen within the window is dropped silently.
+    fn is_duplicate(&self, now: Time, device: &DeviceId, id: &str) -> bool {
+        let dup = self.seen.contains(now, device, id);
+        if dup {
+            log::debug!("device {device}: duplicate {id:?} dropped (I2)");
+        }
+        dup
+    }
+
+    /// Records the id, tells the agent, and starts the turn (M3 step 1).
+    fn accept_message(
+        &mut self,
+        now: Time,
+        device: &DeviceId,
+        id: &str,
+        text: Option<String>,
+        audio: Option<Audio>,
+        file: Option<crate::uploads::ReceivedFile>,
+    ) {
+        self.seen.insert(now, device, id, ());
+        self.arm_sweep(now);
+        let user = self.devices.get(device).map(|d| d.user.clone()).unwrap_or_default();
+        self.events.push_back(AgentEvent::MessageReceived {
+            device: device.clone(),
+            id: id.to_owned(),
+            user,
+            text,
+            audio,
+            file,
+        });
+        let Some(d) = self.devices.get_mut(device) else { return };
+        d.avatar = AvatarState::Thinking;
+        d.idle_at = None;
+        if let Some(conn) = d.conn {
+            self.send(
+                conn,
+                encode(
+                    "avatar",
+                    &Avatar {
+                        state: Cow::Borrowed("thinking"),
+                    },
+                ),
+            );
+            self.send(conn, encode("typing", &Typing { stop: false }));
+        }
+    }
+
+    fn on_audio(&mut self, now: Time, conn: ConnId, device: &DeviceId, a: AudioFrame<'_>) {
+        if self.is_duplicate(now, device, &a.id) {
+            return;
+        }
+        let fail = |r: Rejection| r.with_id(Some(&a.id));
+        if decoded_len(&a.data) > MAX_AUDIO_BYTES {
+            return self.send_error(conn, &fail(Rejection::too_big("audio is over 8 MiB")), false);
+        }
+        let mut data = Vec::with_capacity(decoded_len(&a.data));
+        if decode_into(&a.data, &mut data).is_err() {
+            return self.send_error(conn, &fail(Rejection::bad_frame("data is not valid base64")), false);
+        }
+        if data.is_empty() {
+            return self.send_error(conn, &fail(Rejection::bad_frame("audio is empty")), false);
+        }
+        let audio = Audio { format: a.format, data };
+        self.accept_message(now, device, &a.id, a.text.map(Cow::into_owned), Some(audio), None);
+    }
+
+    fn on_media(&mut self, now: Time, conn: ConnId, device: &DeviceId, m: MediaChunk<'_>) {
+        // I2: once a file completed, its chunks are dropped and open no buffer.
+        if self.is_duplicate(now, device, &m.id) {
+            return;
+        }
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        let outcome = c.uploads.accept(now, &m);
+        match c.uploads.next_deadline(self.config.upload_stall) {
+            Some(next) => self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn)),
+            None => c.stall_slot = None,
+        }
+        match outcome {
+            Ok(ChunkOutcome::Stored) | Ok(ChunkOutcome::Repeated) => {}
+            Ok(ChunkOutcome::Completed(file)) => {
+                let text = (file.kind == crate::wire::UploadKind::Audio)
+                    .then(|| file.caption.clone())
+                    .flatten();
+                let id = file.id.clone();
+                self.accept_message(now, device, &id, text, None, Some(file));
+            }
+            Err(r) => self.send_error(conn, &r.with_id(Some(&m.id)), false),
+        }
+    }
+
+    fn on_prompt(&mut self, now: Time, conn: ConnId, device: &DeviceId, p: PromptAnswer<'_>) {
+        let id = p.prompt_id.as_ref();
+        let Some(card) = self.prompts.get(id) else {
+            // P4: a repeat gets the same prompt_done; anything else is unknown or expired.
+            let frame = match self.prompts.closed(now, device, id) {
+                Some(closed) => closed.frame(id),
+                None => Closed {
+                    option_id: None,
+                    expired: true,
+                }
+                .frame(id),
+            };
+            return self.send(conn, frame);
+        };
+        if &card.device != device {
+            let r = Rejection::new(ErrorCode::Forbidden, "card belongs to another device").with_id(Some(id));
+            return self.send_error(conn, &r, false);
+        }
+        let applied = match card.apply(&p.option_id, &p.text) {
+            Ok(applied) => applied,
+            Err(r) => return self.send_error(conn, &r.with_id(Some(id)), false),
+        };
+        let closed = Closed {
+            option_id: Some(applied.option_id.clone()),
+            expired: false,
+        };
+        self.send(conn, closed.frame(id));
+        let Some(card) = self.prompts.close(now, id, closed) else {
+            return;
+        };
+        self.events.push_back(AgentEvent::PromptAnswered {
+            device: device.clone(),
+            prompt: card.id,
+            kind: card.kind,
+            option_id: applied.option_id,
+            label: applied.label,
+            text: applied.text,
+        });
+    }
+
+    fn on_deliver(&mut self, now: Time, conn: ConnId, sender: &DeviceId, role: Role, d: Deliver<'_>) {
+        let id = d.id.as_ref();
+        let peer = self.conns.get(&conn).map(|c| c.peer).unwrap_or_default();
+        // S1: a service token, or loopback that no proxy vouched for.
+        let trusted_loopback = peer.loopback && !peer.forwarded;
+        if role != Role::Service && !trusted_loopback {
+            let r = Rejection::new(ErrorCode::Forbidden, "deliver is only for service connections");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        }
+        // S4: a repeat is confirmed again, not re-sent.
+        if let Some(target) = self.delivered.get(now, sender, id) {
+            let frame = encode(
+                "delivered",
+                &Delivered {
+                    id: id.into(),
+                    device: target.as_str().into(),
+                },
+            );
+            return self.send(conn, frame);
+        }
+        let raw_target = d.target.trim();
+        let target = raw_target.strip_prefix("mobile:").unwrap_or(raw_target).trim();
+        let target = match (target.is_empty(), &self.config.home_device) {
+            (false, _) => DeviceId(target.to_owned()),
+            (true, Some(home)) => DeviceId(home.clone()),
+            (true, None) => {
+                let r = Rejection::bad_frame("deliver needs a target (no MOBILE_HOME_DEVICE set)");
+                return self.send_error(conn, &r.with_id(Some(id)), false);
+            }
+        };
+        let file = match d.media {
+            None => None,
+            Some(m) => {
+                if decoded_len(&m.data) > MAX_MEDIA_BYTES {
+                    return self.send_error(conn, &Rejection::too_big("file is over 8 MiB").with_id(Some(id)), false);
+                }
+                let mut data = Vec::with_capacity(decoded_len(&m.data));
+                if decode_into(&m.data, &mut data).is_err() {
+                    let r = Rejection::bad_frame("media.data is not valid base64");
+                    return self.send_error(conn, &r.with_id(Some(id)), false);
+                }
+                Some(crate::agent::OutgoingFile {
+                    kind: m.kind,
+                    mime: m.mime.into_owned(),
+                    filename: m.filename.into_owned(),
+                    caption: None,
+                    data,
+                    reply_to: None,
+                })
+            }
+        };
+        let Some(target_conn) = self.devices.get(&target).and_then(|d| d.conn) else {
+            // S3: not fatal, carries the id, not recorded so cron can retry.
+            let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        };
+        // S4: text first, then media, each with a new server id.
+        if let Some(text) = d.text {
+            let message_id = self.ids.frame_id("d");
+            for frame in self.message_frames(&message_id, &text, false, true) {
+                self.send(target_conn, frame);
+            }
+        }
+        if let Some(file) = file {
+            let media_id = self.ids.frame_id("f");
+            for frame in self.media_frames(&media_id, &file) {
+                self.send(target_conn, frame);
+            }
+        }
+        self.delivered.insert(now, sender, id, target.0.clone());
+        self.arm_sweep(now);
+        let frame = encode(
+            "delivered",
+            &Delivered {
+                id: id.into(),
+                device: target.as_str().into(),
+            },
+        );
+        self.send(conn, frame);
+    }
+}

@@ -1,0 +1,414 @@
+//! The gateway: one state machine over every connection, device, card and upload.
+//!
+//! Methods come in three kinds (as in quinn-proto): getters; `handle_*`, which feed an input
+//! at a given `now`; and `poll_*`, which drain what the inputs produced. After any `handle_*`
+//! call, drain `poll_output` and `poll_event` until they return `None`, then sleep until
+//! `poll_timeout` and call `handle_timeout`. `handle_timeout` may be called early or twice:
+//! it only acts on what is really due.
+
+mod inbound;
+mod outbound;
+mod timers;
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::agent::{AgentEvent, UserInfo};
+use crate::auth::Role;
+use crate::config::Config;
+use crate::dedup::Dedup;
+use crate::hold::Hold;
+use crate::ids::{ConnId, DeviceId, IdGen, MessageId};
+use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY};
+use crate::prompts::Prompts;
+use crate::time::Time;
+use crate::uploads::Uploads;
+use crate::wire::server::{encode, ErrorFrame};
+use crate::wire::Rejection;
+
+use timers::{claim, TimerKey, Timers};
+
+/// What the driver knows about a connection's peer when it is accepted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Peer {
+    /// The TCP peer is 127.0.0.0/8 or ::1.
+    pub loopback: bool,
+    /// The upgrade request carried `Forwarded` or `X-Forwarded-For` (decisions S1).
+    pub forwarded: bool,
+}
+
+/// Something for the driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Send one text WebSocket message.
+    Send { conn: ConnId, frame: String },
+    /// Close with this code and reason, after the frames already queued. The gateway has
+    /// forgotten the connection: nothing more will be sent to it.
+    Close {
+        conn: ConnId,
+        code: u16,
+        reason: &'static str,
+    },
+    /// The connection passed `hello` (for the driver's logs).
+    Authenticated {
+        conn: ConnId,
+        device: DeviceId,
+        service: bool,
+    },
+}
+
+/// Counters for health checks, tests and memory accounting.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub connections: usize,
+    pub authenticated: usize,
+    pub devices_online: usize,
+    pub devices_known: usize,
+    pub open_uploads: usize,
+    pub upload_bytes: usize,
+    pub held_bytes: usize,
+    pub open_prompts: usize,
+    pub dedup_entries: usize,
+    pub timers: usize,
+}
+
+#[derive(Debug)]
+enum ConnState {
+    AwaitingHello,
+    Ready { device: DeviceId, role: Role },
+}
+
+#[derive(Debug)]
+struct Conn {
+    peer: Peer,
+    state: ConnState,
+    uploads: Uploads,
+    stall_slot: Option<Time>,
+}
+
+/// Avatar states (protocol-v1.md "Connection lifecycle and avatar states").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AvatarState {
+    Idle,
+    Thinking,
+    Speaking,
+}
+
+impl AvatarState {
+    /// Anything else is `idle` (M3).
+    fn parse(s: &str) -> AvatarState {
+        match &*crate::text::lower(s.trim()) {
+            "thinking" => AvatarState::Thinking,
+            "speaking" => AvatarState::Speaking,
+            _ => AvatarState::Idle,
+        }
+    }
+
+    fn as_str(self) -> &'static str {
+        match self {
+            AvatarState::Idle => "idle",
+            AvatarState::Thinking => "thinking",
+            AvatarState::Speaking => "speaking",
+        }
+    }
+}
+
+/// Replies being streamed to a device: whether the phone has seen a version of each.
+const MAX_STREAMS_PER_DEVICE: usize = 64;
+/// Recently finished reply ids remembered per device, to refuse edits after `done` (M2).
+const FINISHED_MEMORY: usize = 256;
+
+#[derive(Debug)]
+struct Device {
+    conn: Option<ConnId>,
+    name: String,
+    user: UserInfo,
+    avatar: AvatarState,
+    idle_at: Option<Time>,
+    idle_slot: Option<Time>,
+    streams: HashMap<MessageId, bool>,
+    finished: VecDeque<MessageId>,
+    hold: Hold,
+    hold_slot: Option<Time>,
+}
+
+impl Device {
+    fn new() -> Device {
+        Device {
+            conn: None,
+            name: String::new(),
+            user: UserInfo::default(),
+            avatar: AvatarState::Idle,
+            idle_at: None,
+            idle_slot: None,
+            streams: HashMap::new(),
+            finished: VecDeque::new(),
+            hold: Hold::default(),
+            hold_slot: None,
+        }
+    }
+
+    /// Nothing refers to this device: it may be forgotten.
+    fn is_forgettable(&self) -> bool {
+        self.conn.is_none() && self.hold.is_empty() && self.streams.is_empty() && self.idle_at.is_none()
+    }
+}
+
+/// The Protocol v1 state machine. See the module docs for the run-loop rule.
+#[derive(Debug)]
+pub struct Gateway {
+    config: Config,
+    ids: IdGen,
+    conns: HashMap<ConnId, Conn>,
+    devices: HashMap<DeviceId, Device>,
+    /// `text`/`audio`/`media` ids per device (I1, I2).
+    seen: Dedup,
+    /// `deliver` ids per sender, remembering the device reached (S4).
+    delivered: Dedup<String>,
+    prompts: Prompts,
+    timers: Timers,
+    sweep_slot: Option<Time>,
+    outputs: VecDeque<Output>,
+    events: VecDeque<AgentEvent>,
+}
+
+impl Gateway {
+    pub fn new(config: Config) -> Gateway {
+        let window = config.dedup_window;
+        Gateway {
+            ids: IdGen::new(config.seed),
+            config,
+            conns: HashMap::new(),
+            devices: HashMap::new(),
+            seen: Dedup::new(window, DEDUP_CAPACITY),
+            delivered: Dedup::new(window, DEDUP_CAPACITY),
+            prompts: Prompts::new(window),
+            timers: Timers::default(),
+            sweep_slot: None,
+            outputs: VecDeque::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    // ----- getters -----
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn stats(&self) -> Stats {
+        let conns = self.conns.values();
+        Stats {
+            connections: self.conns.len(),
+            authenticated: self
+                .conns
+                .values()
+                .filter(|c| matches!(c.state, ConnState::Ready { .. }))
+                .count(),
+            devices_online: self.devices.values().filter(|d| d.conn.is_some()).count(),
+            devices_known: self.devices.len(),
+            open_uploads: conns.clone().map(|c| c.uploads.open_count()).sum(),
+            upload_bytes: conns.map(|c| c.uploads.buffered()).sum(),
+            held_bytes: self.devices.values().map(|d| d.hold.bytes()).sum(),
+            open_prompts: self.prompts.open_count(),
+            dedup_entries: self.seen.len() + self.delivered.len(),
+            timers: self.timers.len(),
+        }
+    }
+
+    /// Decoded bytes held by one device's unfinished uploads (U2).
+    pub fn upload_bytes(&self, device: &DeviceId) -> usize {
+        self.devices
+            .get(device)
+            .and_then(|d| d.conn)
+            .and_then(|c| self.conns.get(&c))
+            .map_or(0, |c| c.uploads.buffered())
+    }
+
+    /// The device a connection authenticated as, if it has.
+    pub fn conn_device(&self, conn: ConnId) -> Option<&DeviceId> {
+        match &self.conns.get(&conn)?.state {
+            ConnState::Ready { device, .. } => Some(device),
+            ConnState::AwaitingHello => None,
+        }
+    }
+
+    pub fn is_online(&self, device: &DeviceId) -> bool {
+        self.devices.get(device).is_some_and(|d| d.conn.is_some())
+    }
+
+    // ----- inputs -----
+
+    /// A TCP connection was accepted. The hello timeout runs from now (H7).
+    pub fn handle_open(&mut self, now: Time, conn: ConnId, peer: Peer) {
+        if self.conns.contains_key(&conn) {
+            log::error!("connection {conn:?} opened twice; ignoring the second open");
+            return;
+        }
+        self.conns.insert(
+            conn,
+            Conn {
+                peer,
+                state: ConnState::AwaitingHello,
+                uploads: Uploads::default(),
+                stall_slot: None,
+            },
+        );
+        self.timers.push(now + self.config.hello_timeout, TimerKey::Hello(conn));
+    }
+
+    /// The WebSocket layer refused a message over `MAX_FRAME_BYTES` before buffering it (G7).
+    pub fn handle_frame_too_big(&mut self, _now: Time, conn: ConnId) {
+        if self.conns.contains_key(&conn) {
+            self.fail(conn, Rejection::too_big("frame is over 16 MiB"));
+        }
+    }
+
+    /// The connection is gone (closed by the peer, or an I/O error). Its uploads are freed.
+    /// Calling it for a connection the gateway already closed is fine.
+    pub fn handle_close(&mut self, _now: Time, conn: ConnId) {
+        self.forget_conn(conn);
+    }
+
+    /// Fires what is due at `now`. Safe to call spuriously.
+    pub fn handle_timeout(&mut self, now: Time) {
+        while let Some((at, key)) = self.timers.pop_due(now) {
+            match key {
+                TimerKey::Hello(conn) => {
+                    let waiting = self
+                        .conns
+                        .get(&conn)
+                        .is_some_and(|c| matches!(c.state, ConnState::AwaitingHello));
+                    if waiting {
+                        // decisions G10, H7; the code is our choice, see docs/decisions-local.md.
+                        self.fail(conn, Rejection::bad_frame("hello timeout"));
+                    }
+                }
+                TimerKey::Uploads(conn) => self.on_upload_timer(now, at, conn),
+                TimerKey::Idle(device) => self.on_idle_timer(now, at, device),
+                TimerKey::Hold(device) => self.on_hold_timer(now, at, device),
+                TimerKey::Prompt(id) => self.on_prompt_timer(now, id),
+                TimerKey::Sweep => {
+                    if claim(&mut self.sweep_slot, at) {
+                        self.seen.expire(now);
+                        self.delivered.expire(now);
+                        self.prompts.expire_closed(now);
+                        self.arm_sweep(now);
+                    }
+                }
+            }
+        }
+    }
+
+    // ----- outputs -----
+
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    pub fn poll_event(&mut self) -> Option<AgentEvent> {
+        self.events.pop_front()
+    }
+
+    /// When `handle_timeout` should next be called.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.next()
+    }
+
+    // ----- plumbing shared by the submodules -----
+
+    fn send(&mut self, conn: ConnId, frame: String) {
+        self.outputs.push_back(Output::Send { conn, frame });
+    }
+
+    fn send_error(&mut self, conn: ConnId, rejection: &Rejection, fatal: bool) {
+        let frame = encode(
+            "error",
+            &ErrorFrame {
+                code: rejection.code.as_str().into(),
+                message: rejection.message.as_ref().into(),
+                fatal,
+                id: rejection.id.as_deref().map(Into::into),
+            },
+        );
+        self.send(conn, frame);
+    }
+
+    /// A fatal error: the `error` frame, then close 1008 with the code as reason (G10).
+    fn fail(&mut self, conn: ConnId, rejection: Rejection) {
+        log::info!("{conn:?}: fatal {}: {}", rejection.code.as_str(), rejection.message);
+        self.send_error(conn, &rejection, true);
+        self.close(conn, CLOSE_POLICY, rejection.code.as_str());
+    }
+
+    fn close(&mut self, conn: ConnId, code: u16, reason: &'static str) {
+        if self.forget_conn(conn) {
+            self.outputs.push_back(Output::Close { conn, code, reason });
+        }
+    }
+
+    /// Drops a connection and everything that lives with it. Returns whether it existed.
+    fn forget_conn(&mut self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.remove(&conn) else {
+            return false;
+        };
+        if let ConnState::Ready {
+            device,
+            role: Role::Device,
+        } = c.state
+        {
+            if let Some(d) = self.devices.get_mut(&device) {
+                if d.conn == Some(conn) {
+                    d.conn = None;
+                }
+            }
+            self.forget_device_if_unused(&device);
+        }
+        true
+    }
+
+    fn forget_device_if_unused(&mut self, device: &DeviceId) {
+        if self.devices.get(device).is_some_and(Device::is_forgettable) {
+            self.devices.remove(device);
+        }
+    }
+
+    fn arm_sweep(&mut self, now: Time) {
+        if !(self.seen.is_empty() && self.delivered.is_empty()) {
+            let at = now + self.config.dedup_window / 10;
+            self.timers.arm(&mut self.sweep_slot, at, TimerKey::Sweep);
+        }
+    }
+
+    fn on_upload_timer(&mut self, now: Time, at: Time, conn: ConnId) {
+        let stall = self.config.upload_stall;
+        let Some(c) = self.conns.get_mut(&conn) else { return };
+        if !claim(&mut c.stall_slot, at) {
+            return;
+        }
+        for id in c.uploads.expire(now, stall) {
+            log::debug!("{conn:?}: dropped stalled upload {id:?} (U5)");
+        }
+        if let Some(next) = c.uploads.next_deadline(stall) {
+            self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn));
+        }
+    }
+
+    fn on_hold_timer(&mut self, now: Time, at: Time, device: DeviceId) {
+        let max_age = self.config.offline_hold;
+        let Some(d) = self.devices.get_mut(&device) else { return };
+        if !claim(&mut d.hold_slot, at) {
+            return;
+        }
+        let dropped = d.hold.expire(now, max_age);
+        if dropped > 0 {
+            log::info!(
+                "device {device}: dropped {dropped} held outputs after {}s offline (M4)",
+                max_age.as_secs()
+            );
+        }
+        if let Some(next) = d.hold.next_deadline(max_age) {
+            self.timers.arm(&mut d.hold_slot, next, TimerKey::Hold(device.clone()));
+        }
+        self.forget_device_if_unused(&device);
+    }
+}

@@ -1,0 +1,310 @@
+//! What the agent asks for: replies, files, cards, typing and the avatar (M1–M4, P1, P5).
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use super::timers::{claim, TimerKey};
+use super::{AvatarState, Device, Gateway, FINISHED_MEMORY, MAX_STREAMS_PER_DEVICE};
+use crate::agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile};
+use crate::chunking::split_reply;
+use crate::hold::Held;
+use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
+use crate::limits::{MAX_MEDIA_BYTES, MEDIA_CHUNK_BYTES};
+use crate::mime::guess_mime;
+use crate::prompts::{Card, Closed};
+use crate::time::Time;
+use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Typing};
+
+impl Gateway {
+    /// A command from the agent. On error nothing was sent or held.
+    pub fn handle_agent(&mut self, now: Time, command: AgentCommand) -> Result<(), CommandError> {
+        match command {
+            AgentCommand::Reply {
+                device,
+                message,
+                text,
+                done,
+            } => self.reply(now, device, message, &text, done),
+            AgentCommand::SendFile { device, file } => self.send_file(now, device, file),
+            AgentCommand::OpenPrompt {
+                device,
+                prompt,
+                request,
+                ttl_secs,
+            } => {
+                if self.prompts.is_known(now, &device, &prompt) {
+                    return Err(CommandError::DuplicatePrompt);
+                }
+                let ttl = ttl_secs
+                    .map_or(self.config.prompt_ttl, Duration::from_secs)
+                    .max(Duration::from_secs(1));
+                let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
+                    .map_err(CommandError::InvalidPrompt)?;
+                let frame = card.frame(now);
+                self.timers.push(card.expires_at, TimerKey::Prompt(prompt));
+                self.prompts.insert(card);
+                // P1: an offline device gets the card when it connects, within its TTL.
+                if let Some(conn) = self.online_conn(&device) {
+                    self.send(conn, frame);
+                    self.after_agent_output(now, &device);
+                }
+                Ok(())
+            }
+            AgentCommand::Typing { device } => {
+                if let Some(conn) = self.online_conn(&device) {
+                    self.send(conn, encode("typing", &Typing { stop: false }));
+                }
+                Ok(())
+            }
+            AgentCommand::Avatar { device, state } => {
+                self.set_avatar(&device, AvatarState::parse(&state));
+                Ok(())
+            }
+            AgentCommand::EndTurn { device } => {
+                if let Some(conn) = self.online_conn(&device) {
+                    self.send(conn, encode("typing", &Typing { stop: true }));
+                }
+                let idle = self.config.typing_idle;
+                if let Some(d) = self.devices.get_mut(&device) {
+                    if d.avatar != AvatarState::Idle && d.idle_at.is_none() {
+                        d.idle_at = Some(now + idle);
+                        self.timers.arm(&mut d.idle_slot, now + idle, TimerKey::Idle(device));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn online_conn(&self, device: &DeviceId) -> Option<ConnId> {
+        self.devices.get(device).and_then(|d| d.conn)
+    }
+
+    fn reply(
+        &mut self,
+        now: Time,
+        device: DeviceId,
+        message: MessageId,
+        text: &str,
+        done: bool,
+    ) -> Result<(), CommandError> {
+        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        if d.finished.contains(&message) {
+            return Err(CommandError::MessageFinished);
+        }
+        let phone_saw = d.streams.get(&message).copied();
+        if phone_saw.is_none() && d.streams.len() >= MAX_STREAMS_PER_DEVICE {
+            return Err(CommandError::TooManyStreams);
+        }
+        let phone_saw = phone_saw.unwrap_or(false);
+        match d.conn {
+            Some(conn) => {
+                let frames = self.message_frames(message.as_str(), text, phone_saw, done);
+                for frame in frames {
+                    self.send(conn, frame);
+                }
+            }
+            None => {
+                d.hold.message(now, &message, text, phone_saw, done)?;
+                self.arm_hold(now, &device);
+            }
+        }
+        let d = self.devices.get_mut(&device).expect("the device was created above");
+        if done {
+            d.streams.remove(&message);
+            if d.finished.len() >= FINISHED_MEMORY {
+                d.finished.pop_front();
+            }
+            d.finished.push_back(message);
+        } else {
+            d.streams.insert(message, phone_saw || d.conn.is_some());
+        }
+        if d.conn.is_some() {
+            self.after_agent_output(now, &device);
+        }
+        Ok(())
+    }
+
+    fn send_file(&mut self, now: Time, device: DeviceId, file: OutgoingFile) -> Result<(), CommandError> {
+        if file.data.len() > MAX_MEDIA_BYTES {
+            return Err(CommandError::FileTooBig);
+        }
+        let id = self.ids.frame_id("f");
+        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        match d.conn {
+            Some(conn) => {
+                for frame in self.media_frames(&id, &file) {
+                    self.send(conn, frame);
+                }
+                self.after_agent_output(now, &device);
+            }
+            None => {
+                d.hold.file(now, id, file)?;
+                self.arm_hold(now, &device);
+            }
+        }
+        Ok(())
+    }
+
+    fn arm_hold(&mut self, now: Time, device: &DeviceId) {
+        let max_age = self.config.offline_hold;
+        if let Some(d) = self.devices.get_mut(device) {
+            if let Some(at) = d.hold.next_deadline(max_age).or(Some(now + max_age)) {
+                self.timers.arm(&mut d.hold_slot, at, TimerKey::Hold(device.clone()));
+            }
+        }
+    }
+
+    /// M3 step 2 and 4: `avatar{speaking}` after the first output of a turn; `idle` later.
+    fn after_agent_output(&mut self, now: Time, device: &DeviceId) {
+        self.set_avatar(device, AvatarState::Speaking);
+        let idle = self.config.typing_idle;
+        if let Some(d) = self.devices.get_mut(device) {
+            d.idle_at = Some(now + idle);
+            self.timers
+                .arm(&mut d.idle_slot, now + idle, TimerKey::Idle(device.clone()));
+        }
+    }
+
+    fn set_avatar(&mut self, device: &DeviceId, state: AvatarState) {
+        let Some(d) = self.devices.get_mut(device) else { return };
+        if d.avatar == state {
+            return;
+        }
+        d.avatar = state;
+        if let Some(conn) = d.conn {
+            let frame = encode(
+                "avatar",
+                &Avatar {
+                    state: Cow::Borrowed(state.as_str()),
+                },
+            );
+            self.send(conn, frame);
+        }
+    }
+
+    pub(super) fn on_idle_timer(&mut self, now: Time, at: Time, device: DeviceId) {
+        let Some(d) = self.devices.get_mut(&device) else { return };
+        if !claim(&mut d.idle_slot, at) {
+            return;
+        }
+        match d.idle_at {
+            Some(due) if due <= now => {
+                d.idle_at = None;
+                self.set_avatar(&device, AvatarState::Idle);
+                self.forget_device_if_unused(&device);
+            }
+            Some(due) => self.timers.arm(&mut d.idle_slot, due, TimerKey::Idle(device)),
+            None => {}
+        }
+    }
+
+    pub(super) fn on_prompt_timer(&mut self, now: Time, id: PromptId) {
+        let due = self.prompts.get(id.as_str()).is_some_and(|c| c.expires_at <= now);
+        if !due {
+            return;
+        }
+        let kind = self.prompts.get(id.as_str()).map(|c| c.kind);
+        let Some(kind) = kind else { return };
+        let closed = Closed {
+            option_id: kind.safe_default().map(str::to_owned),
+            expired: true,
+        };
+        let frame = closed.frame(id.as_str());
+        let Some(card) = self.prompts.close(now, id.as_str(), closed) else {
+            return;
+        };
+        // P5: the device hears of it if it is online; the agent always does.
+        if let Some(conn) = self.online_conn(&card.device) {
+            self.send(conn, frame);
+        }
+        self.events.push_back(AgentEvent::PromptExpired {
+            device: card.device,
+            prompt: card.id,
+            kind: card.kind,
+            option_id: kind.safe_default().map(str::to_owned),
+        });
+    }
+
+    /// Sends what was held for a device that just became ready (M4).
+    pub(super) fn flush_hold(&mut self, conn: ConnId, device: &DeviceId) {
+        let Some(d) = self.devices.get_mut(device) else { return };
+        d.hold_slot = None;
+        for held in d.hold.take() {
+            let frames = match held {
+                Held::Message { id, text, edit, done } => {
+                    if let Some(saw) = self.devices.get_mut(device).and_then(|d| d.streams.get_mut(&id)) {
+                        *saw = true;
+                    }
+                    self.message_frames(id.as_str(), &text, edit, done)
+                }
+                Held::File { id, file } => self.media_frames(&id, &file),
+            };
+            for frame in frames {
+                self.send(conn, frame);
+            }
+        }
+    }
+
+    /// One version of a message, split (M1, M2).
+    pub(super) fn message_frames(&self, id: &str, text: &str, edit: bool, done: bool) -> Vec<String> {
+        let pieces = split_reply(text, self.config.chunk_limit);
+        let total = pieces.len() as u32;
+        pieces
+            .into_iter()
+            .enumerate()
+            .map(|(index, piece)| {
+                let index = index as u32;
+                encode(
+                    "message",
+                    &Message {
+                        id: Cow::Borrowed(id),
+                        text: Cow::Borrowed(piece),
+                        chunk: ChunkInfo { index, total },
+                        is_final: done && index + 1 == total,
+                        edit,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// A file in `MEDIA_CHUNK_BYTES` raw chunks (U1).
+    pub(super) fn media_frames(&self, id: &str, file: &OutgoingFile) -> Vec<String> {
+        let mime = if file.mime.trim().is_empty() {
+            guess_mime(&file.filename)
+        } else {
+            file.mime.as_str()
+        };
+        let chunks: Vec<&[u8]> = if file.data.is_empty() {
+            vec![&[][..]]
+        } else {
+            file.data.chunks(MEDIA_CHUNK_BYTES).collect()
+        };
+        let parts = chunks.len() as u32;
+        chunks
+            .into_iter()
+            .enumerate()
+            .map(|(part, data)| {
+                let part = part as u32;
+                encode(
+                    "media",
+                    &Media {
+                        id: Cow::Borrowed(id),
+                        kind: Cow::Borrowed(file.kind.as_str()),
+                        mime: Cow::Borrowed(mime),
+                        filename: Cow::Borrowed(&file.filename),
+                        caption: file.caption.as_deref().map(Cow::Borrowed),
+                        part,
+                        parts,
+                        is_final: part + 1 == parts,
+                        size: file.data.len() as u64,
+                        data: Some(Payload::Raw(data)),
+                        url: None,
+                        reply_to: file.reply_to.as_deref().map(Cow::Borrowed),
+                    },
+                )
+            })
+            .collect()
+    }
+}

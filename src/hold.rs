@@ -1,0 +1,123 @@
+//! Agent output held for an offline device (decisions M4): up to `offline_hold` old and
+//! `MAX_HELD_BYTES` per device, sent after its next `ready`.
+//!
+//! Output is held as values, not frames: a reply streamed while the phone is away is kept
+//! only in its latest version, and is sent as the first version the phone sees.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use crate::agent::{CommandError, OutgoingFile};
+use crate::ids::MessageId;
+use crate::limits::MAX_HELD_BYTES;
+use crate::time::Time;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    Message {
+        id: MessageId,
+        text: String,
+        /// Whether the phone already saw an earlier version of this message.
+        edit: bool,
+        done: bool,
+    },
+    File {
+        id: String,
+        file: OutgoingFile,
+    },
+}
+
+impl Held {
+    fn bytes(&self) -> usize {
+        match self {
+            Held::Message { text, .. } => text.len(),
+            Held::File { file, .. } => file.data.len(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Hold {
+    items: VecDeque<(Time, Held)>,
+    bytes: usize,
+}
+
+impl Hold {
+    /// Holds a version of a message, replacing a held earlier version of it.
+    pub fn message(
+        &mut self,
+        now: Time,
+        id: &MessageId,
+        text: &str,
+        edit: bool,
+        done: bool,
+    ) -> Result<(), CommandError> {
+        let existing = self
+            .items
+            .iter()
+            .position(|(_, h)| matches!(h, Held::Message { id: held, .. } if held == id));
+        let freed = existing.map_or(0, |i| self.items[i].1.bytes());
+        if self.bytes - freed + text.len() > MAX_HELD_BYTES {
+            return Err(CommandError::HoldFull);
+        }
+        match existing.map(|i| &mut self.items[i]) {
+            Some((at, Held::Message { text: t, done: d, .. })) => {
+                *at = now;
+                text.clone_into(t);
+                *d = done;
+            }
+            _ => self.items.push_back((
+                now,
+                Held::Message {
+                    id: id.clone(),
+                    text: text.to_owned(),
+                    edit,
+                    done,
+                },
+            )),
+        }
+        self.bytes = self.bytes - freed + text.len();
+        Ok(())
+    }
+
+    pub fn file(&mut self, now: Time, id: String, file: OutgoingFile) -> Result<(), CommandError> {
+        if self.bytes + file.data.len() > MAX_HELD_BYTES {
+            return Err(CommandError::HoldFull);
+        }
+        self.bytes += file.data.len();
+        self.items.push_back((now, Held::File { id, file }));
+        Ok(())
+    }
+
+    /// Drops output older than `max_age`. Returns how many items went.
+    pub fn expire(&mut self, now: Time, max_age: Duration) -> usize {
+        let before = self.items.len();
+        let bytes = &mut self.bytes;
+        self.items.retain(|(at, h)| {
+            let keep = now.since(*at) < max_age;
+            if !keep {
+                *bytes -= h.bytes();
+            }
+            keep
+        });
+        before - self.items.len()
+    }
+
+    /// When the oldest item expires.
+    pub fn next_deadline(&self, max_age: Duration) -> Option<Time> {
+        self.items.iter().map(|(at, _)| *at + max_age).min()
+    }
+
+    pub fn take(&mut self) -> Vec<Held> {
+        self.bytes = 0;
+        self.items.drain(..).map(|(_, h)| h).collect()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}

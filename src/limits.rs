@@ -1,0 +1,46 @@
+//! The numbers of Protocol v1 (protocol-v1.md, "Constraints and limits") and of decisions.md.
+//!
+//! They live in one place so that a reader can check every limit against the spec at a glance,
+//! and so that the server, the benches and the fuzz targets agree with the core.
+
+/// `ready.v`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// One whole WebSocket message (decisions G6, G7).
+pub const MAX_FRAME_BYTES: usize = 16 * 1024 * 1024;
+/// `text` and `caption`, counted in Unicode scalar values (decisions G1).
+pub const MAX_TEXT_CHARS: usize = 12_000;
+/// A decoded `audio` recording.
+pub const MAX_AUDIO_BYTES: usize = 8 * 1024 * 1024;
+/// One decoded media file, in both directions.
+pub const MAX_MEDIA_BYTES: usize = 8 * 1024 * 1024;
+/// Raw bytes per outgoing media chunk (decisions U1).
+pub const MEDIA_CHUNK_BYTES: usize = 3 * 1024 * 1024;
+/// Only sets the `parts` ceiling (decisions U1).
+pub const MIN_MEDIA_CHUNK_BYTES: usize = 4 * 1024;
+/// `ceil(MAX_MEDIA_BYTES / MIN_MEDIA_CHUNK_BYTES)`.
+pub const MAX_MEDIA_PARTS: u32 = 2048;
+/// Characters per `message` frame unless configured otherwise (decisions C1, M1).
+pub const DEFAULT_CHUNK_LIMIT: usize = 3500;
+/// Card lifetime unless configured otherwise, in seconds.
+pub const DEFAULT_PROMPT_TTL_SECS: u64 = 300;
+/// Open multipart uploads per device (decisions U2).
+pub const MAX_OPEN_UPLOADS: usize = 8;
+/// Decoded bytes of all open uploads of one device (decisions U2).
+pub const MAX_UPLOAD_BUFFER_BYTES: usize = 8 * 1024 * 1024;
+/// `id` and `prompt_id` truncation (decisions G8).
+pub const MAX_ID_CHARS: usize = 128;
+/// `device.*` and `user.*` truncation (decisions G8).
+pub const MAX_DEVICE_FIELD_CHARS: usize = 120;
+/// `filename` truncation (decisions G8).
+pub const MAX_FILENAME_CHARS: usize = 200;
+/// Dedup window entries per device (decisions I1).
+pub const DEDUP_CAPACITY: usize = 4000;
+/// Bytes of agent output held per offline device (decisions M4).
+pub const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
+
+/// WebSocket close code for every fatal error (decisions G10).
+pub const CLOSE_POLICY: u16 = 1008;
+/// WebSocket close code of a connection replaced by a newer one of the same device (decisions H5).
+pub const CLOSE_NORMAL: u16 = 1000;
+/// WebSocket close code for "going away" (shutdown, keep-alive, decisions K2).
+pub const CLOSE_GOING_AWAY: u16 = 1001;

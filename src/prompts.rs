@@ -1,0 +1,286 @@
+//! Cards: the open ones, how an answer is read, and the recently resolved ones (P1–P6).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use crate::agent::{PromptKind, PromptRequest};
+use crate::dedup::Dedup;
+use crate::ids::{DeviceId, PromptId};
+use crate::limits::DEDUP_CAPACITY;
+use crate::time::Time;
+use crate::wire::server::{encode, Prompt, PromptDone, PromptOption};
+use crate::wire::Rejection;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardOption {
+    pub id: String,
+    pub label: String,
+    pub style: &'static str,
+}
+
+/// An open card.
+#[derive(Debug, Clone)]
+pub struct Card {
+    pub id: PromptId,
+    pub device: DeviceId,
+    pub kind: PromptKind,
+    pub text: String,
+    pub command: Option<String>,
+    pub description: Option<String>,
+    pub options: Vec<CardOption>,
+    pub expires_at: Time,
+    /// Opening order, so a reconnecting device sees its cards in the order they were asked.
+    seq: u64,
+}
+
+/// How a card was closed, kept for repeated answers (P4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Closed {
+    pub option_id: Option<String>,
+    pub expired: bool,
+}
+
+impl Closed {
+    pub fn frame(&self, id: &str) -> String {
+        encode(
+            "prompt_done",
+            &PromptDone {
+                id: Cow::Borrowed(id),
+                option_id: self.option_id.as_deref().map(Cow::Borrowed),
+                expired: self.expired,
+            },
+        )
+    }
+}
+
+/// An answer read against its card (P2, P3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub option_id: String,
+    pub label: Option<String>,
+    pub text: Option<String>,
+}
+
+fn label_for(kind: PromptKind, id: &str) -> (&'static str, &'static str) {
+    match (kind, id) {
+        (_, "once") => ("Once", "primary"),
+        (_, "session") => ("This session", ""),
+        (_, "always") => ("Always", ""),
+        (_, "deny") => ("Deny", "danger"),
+        (_, "cancel") => ("Cancel", "danger"),
+        _ => ("", ""),
+    }
+}
+
+impl Card {
+    /// Builds a card from an agent's request, checking it offers something to choose.
+    pub fn new(id: PromptId, device: DeviceId, request: PromptRequest, expires_at: Time) -> Result<Card, &'static str> {
+        let kind = request.kind();
+        let fixed = |wanted: Vec<String>| -> Result<Vec<CardOption>, &'static str> {
+            let wanted: Vec<String> = wanted
+                .iter()
+                .map(|o| crate::text::lower(o.trim()).into_owned())
+                .collect();
+            let options: Vec<CardOption> = kind
+                .all_options()
+                .iter()
+                .filter(|o| wanted.is_empty() || wanted.iter().any(|w| w == *o))
+                .map(|o| {
+                    let (label, style) = label_for(kind, o);
+                    CardOption {
+                        id: (*o).to_owned(),
+                        label: label.to_owned(),
+                        style,
+                    }
+                })
+                .collect();
+            if options.is_empty() {
+                Err("none of the options is allowed for this kind")
+            } else {
+                Ok(options)
+            }
+        };
+        let (text, command, description, options) = match request {
+            PromptRequest::ExecApproval {
+                command,
+                description,
+                options,
+            } => (
+                "Run this command?".to_owned(),
+                Some(command),
+                Some(description),
+                fixed(options)?,
+            ),
+            PromptRequest::SlashConfirm { text, options } => (text, None, None, fixed(options)?),
+            PromptRequest::Clarify { question, choices } => {
+                if choices.is_empty() {
+                    return Err("clarify needs at least one choice");
+                }
+                let mut options: Vec<CardOption> = choices
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, label)| CardOption {
+                        id: format!("c{i}"),
+                        label,
+                        style: "",
+                    })
+                    .collect();
+                // P3: the list ends with "other".
+                options.push(CardOption {
+                    id: "other".to_owned(),
+                    label: "Other…".to_owned(),
+                    style: "",
+                });
+                (question, None, None, options)
+            }
+        };
+        Ok(Card {
+            id,
+            device,
+            kind,
+            text,
+            command,
+            description,
+            options,
+            expires_at,
+            seq: 0,
+        })
+    }
+
+    /// The `prompt` frame, with the time left as `timeout_seconds` (rounded up).
+    pub fn frame(&self, now: Time) -> String {
+        let left = self.expires_at.as_millis().saturating_sub(now.as_millis());
+        encode(
+            "prompt",
+            &Prompt {
+                id: Cow::Borrowed(self.id.as_str()),
+                kind: Cow::Borrowed(self.kind.as_str()),
+                text: Cow::Borrowed(&self.text),
+                options: self
+                    .options
+                    .iter()
+                    .map(|o| PromptOption {
+                        id: Cow::Borrowed(&o.id),
+                        label: Cow::Borrowed(&o.label),
+                        style: Cow::Borrowed(o.style),
+                    })
+                    .collect(),
+                command: self.command.as_deref().map(Cow::Borrowed),
+                description: self.description.as_deref().map(Cow::Borrowed),
+                session: Cow::Owned(self.device.session()),
+                timeout_seconds: left.div_ceil(1000),
+            },
+        )
+    }
+
+    /// Reads an answer. `option_id` is lower-cased already (G2).
+    pub fn apply(&self, option_id: &str, text: &str) -> Result<Applied, Rejection> {
+        let text = text.trim();
+        match self.kind.safe_default() {
+            Some(default) => {
+                // P2: option_id wins; text alone counts if it names an option.
+                let wanted = if option_id.is_empty() {
+                    crate::text::lower(text).into_owned()
+                } else {
+                    option_id.to_owned()
+                };
+                let chosen = self.options.iter().find(|o| o.id == wanted);
+                let option_id = chosen.map_or(default, |o| o.id.as_str()).to_owned();
+                Ok(Applied {
+                    option_id,
+                    label: None,
+                    text: None,
+                })
+            }
+            None => {
+                // P3: an in-range cN; anything else is "other" and needs text.
+                let choice = self.options.iter().find(|o| o.id == option_id && o.id != "other");
+                if let Some(choice) = choice {
+                    return Ok(Applied {
+                        option_id: choice.id.clone(),
+                        label: Some(choice.label.clone()),
+                        text: None,
+                    });
+                }
+                if text.is_empty() {
+                    return Err(Rejection::bad_frame("clarify needs text"));
+                }
+                Ok(Applied {
+                    option_id: "other".to_owned(),
+                    label: None,
+                    text: Some(text.to_owned()),
+                })
+            }
+        }
+    }
+}
+
+/// All cards, open and recently closed.
+#[derive(Debug)]
+pub struct Prompts {
+    open: HashMap<PromptId, Card>,
+    closed: Dedup<Closed>,
+    next_seq: u64,
+}
+
+impl Prompts {
+    pub fn new(window: Duration) -> Prompts {
+        Prompts {
+            open: HashMap::new(),
+            closed: Dedup::new(window, DEDUP_CAPACITY),
+            next_seq: 0,
+        }
+    }
+
+    pub fn is_known(&self, now: Time, device: &DeviceId, id: &PromptId) -> bool {
+        self.open.contains_key(id) || self.closed.contains(now, device, id.as_str())
+    }
+
+    pub fn insert(&mut self, mut card: Card) {
+        card.seq = self.next_seq;
+        self.next_seq += 1;
+        self.open.insert(card.id.clone(), card);
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Card> {
+        self.open.get(id)
+    }
+
+    /// Closes an open card and remembers how (P4).
+    pub fn close(&mut self, now: Time, id: &str, closed: Closed) -> Option<Card> {
+        let card = self.open.remove(id)?;
+        self.closed.expire(now);
+        self.closed.insert(now, &card.device, id, closed);
+        Some(card)
+    }
+
+    /// How a card of this device was closed, within the window.
+    pub fn closed(&self, now: Time, device: &DeviceId, id: &str) -> Option<&Closed> {
+        self.closed.get(now, device, id)
+    }
+
+    /// The open cards of a device, oldest first.
+    pub fn for_device(&self, device: &DeviceId) -> Vec<&Card> {
+        let mut cards: Vec<&Card> = self.open.values().filter(|c| &c.device == device).collect();
+        cards.sort_by_key(|c| c.seq);
+        cards
+    }
+
+    /// Cards whose TTL has run out at `now`.
+    pub fn due(&self, now: Time) -> Vec<PromptId> {
+        self.open
+            .values()
+            .filter(|c| c.expires_at <= now)
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    pub fn open_count(&self) -> usize {
+        self.open.len()
+    }
+
+    pub fn expire_closed(&mut self, now: Time) {
+        self.closed.expire(now);
+    }
+}
