@@ -147,9 +147,10 @@ impl Device {
         }
     }
 
-    /// Nothing refers to this device: it may be forgotten.
+    /// Nothing waits for this device: it may be forgotten. Stream bookkeeping goes with it;
+    /// a later version of such a reply is simply sent as a first version (`edit:false`).
     fn is_forgettable(&self) -> bool {
-        self.conn.is_none() && self.hold.is_empty() && self.streams.is_empty() && self.idle_at.is_none()
+        self.conn.is_none() && self.hold.is_empty() && self.idle_at.is_none()
     }
 }
 

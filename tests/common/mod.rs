@@ -1,0 +1,164 @@
+//! An in-memory harness: a gateway on a virtual clock, connections as ids, and what each
+//! connection was sent, parsed. No sockets, no sleeps.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use hermes_mobile::{AgentCommand, AgentEvent, Config, ConnId, Gateway, Output, Peer, Time};
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "app-token-0123456789";
+
+pub struct Harness {
+    pub gw: Gateway,
+    pub now: Time,
+    next_conn: u64,
+    /// Frames sent to each connection, in order.
+    pub sent: HashMap<ConnId, Vec<Value>>,
+    /// Close (code, reason) per connection.
+    pub closed: HashMap<ConnId, (u16, String)>,
+    pub events: Vec<AgentEvent>,
+}
+
+impl Harness {
+    pub fn new() -> Harness {
+        Harness::with_config(Config::new(TOKEN))
+    }
+
+    pub fn with_config(config: Config) -> Harness {
+        Harness {
+            gw: Gateway::new(config),
+            now: Time::ZERO,
+            next_conn: 1,
+            sent: HashMap::new(),
+            closed: HashMap::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn pump(&mut self) {
+        while let Some(out) = self.gw.poll_output() {
+            match out {
+                Output::Send { conn, frame } => {
+                    assert!(!self.closed.contains_key(&conn), "frame sent to closed {conn:?}: {frame}");
+                    let v: Value = serde_json::from_str(&frame).expect("the gateway sends JSON");
+                    self.sent.entry(conn).or_default().push(v);
+                }
+                Output::Close { conn, code, reason } => {
+                    assert!(self.closed.insert(conn, (code, reason.to_owned())).is_none(), "closed twice");
+                }
+                Output::Authenticated { .. } => {}
+            }
+        }
+        while let Some(e) = self.gw.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    pub fn open_with(&mut self, peer: Peer) -> ConnId {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.gw.handle_open(self.now, conn, peer);
+        self.pump();
+        conn
+    }
+
+    pub fn open(&mut self) -> ConnId {
+        self.open_with(Peer::default())
+    }
+
+    pub fn send_raw(&mut self, conn: ConnId, bytes: &[u8]) {
+        self.gw.handle_message(self.now, conn, bytes);
+        self.pump();
+    }
+
+    pub fn send(&mut self, conn: ConnId, frame: Value) {
+        self.send_raw(conn, frame.to_string().as_bytes());
+    }
+
+    pub fn hello(&mut self, conn: ConnId, device: &str) {
+        self.send(conn, json!({"t":"hello","token":TOKEN,"device":{"id":device,"name":"Phone"}}));
+    }
+
+    /// Opens a connection and authenticates it as `device`; returns it with its frames cleared.
+    pub fn connect(&mut self, device: &str) -> ConnId {
+        let conn = self.open();
+        self.hello(conn, device);
+        let ready = self.take(conn);
+        assert_eq!(ready[0]["t"], "ready", "{ready:?}");
+        conn
+    }
+
+    /// Like `connect`, but returns the frames that followed `ready` too.
+    pub fn connect_frames(&mut self, device: &str) -> (ConnId, Vec<Value>) {
+        let conn = self.open();
+        self.hello(conn, device);
+        let frames = self.take(conn);
+        assert_eq!(frames[0]["t"], "ready", "{frames:?}");
+        (conn, frames)
+    }
+
+    pub fn agent(&mut self, cmd: AgentCommand) {
+        self.gw.handle_agent(self.now, cmd).expect("agent command accepted");
+        self.pump();
+    }
+
+    pub fn close(&mut self, conn: ConnId) {
+        self.gw.handle_close(self.now, conn);
+        self.pump();
+    }
+
+    /// Moves the virtual clock to `at`, firing every timer due on the way, in order.
+    pub fn advance_to(&mut self, at: Time) {
+        // Bounded: a livelock fails instead of hanging.
+        for _ in 0..100_000 {
+            match self.gw.poll_timeout() {
+                Some(t) if t <= at => {
+                    self.now = self.now.max(t);
+                    self.gw.handle_timeout(self.now);
+                    self.pump();
+                }
+                _ => {
+                    self.now = at;
+                    self.gw.handle_timeout(at);
+                    self.pump();
+                    return;
+                }
+            }
+        }
+        panic!("timers did not settle");
+    }
+
+    pub fn advance_ms(&mut self, ms: u64) {
+        self.advance_to(Time::from_millis(self.now.as_millis() + ms));
+    }
+
+    /// Frames sent to `conn` since the last take.
+    pub fn take(&mut self, conn: ConnId) -> Vec<Value> {
+        self.sent.remove(&conn).unwrap_or_default()
+    }
+
+    pub fn take_events(&mut self) -> Vec<AgentEvent> {
+        std::mem::take(&mut self.events)
+    }
+
+    pub fn types(frames: &[Value]) -> Vec<String> {
+        frames.iter().map(|f| f["t"].as_str().unwrap_or("?").to_owned()).collect()
+    }
+}
+
+/// The single error frame in `frames`.
+pub fn error_of(frames: &[Value]) -> &Value {
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["t"] == "error").collect();
+    assert_eq!(errors.len(), 1, "expected one error in {frames:?}");
+    errors[0]
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    hermes_mobile::base64::encode(bytes)
+}
+
+/// The frames of type `t`, in order.
+pub fn only(frames: Vec<Value>, t: &str) -> Vec<Value> {
+    frames.into_iter().filter(|f| f["t"] == t).collect()
+}
