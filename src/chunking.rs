@@ -27,20 +27,39 @@ fn cut_point(rest: &str, limit: usize) -> usize {
     if rest.len() <= limit {
         return rest.len();
     }
-    let mut last_newline = None;
-    let mut last_space = None;
-    for (count, (at, c)) in rest.char_indices().enumerate() {
-        if count == limit {
-            return last_newline.or(last_space).unwrap_or(at);
-        }
-        let after = at + c.len_utf8();
-        if c == '\n' {
-            last_newline = Some(after);
-        } else if c.is_whitespace() {
-            last_space = Some(after);
+    let end = limit_offset(rest, limit);
+    if end == rest.len() {
+        return end;
+    }
+    let window = &rest[..end];
+    // memrchr for the newline; a backwards char scan for other white space only when needed.
+    if let Some(nl) = window.rfind('\n') {
+        return nl + 1;
+    }
+    match window.char_indices().rev().find(|(_, c)| c.is_whitespace()) {
+        Some((at, c)) => at + c.len_utf8(),
+        None => end,
+    }
+}
+
+/// Byte offset just past the first `limit` characters of `s` (or `s.len()`).
+fn limit_offset(s: &str, limit: usize) -> usize {
+    let bytes = s.as_bytes();
+    // ASCII text, the common case: characters are bytes, and `is_ascii` is vectorized.
+    if bytes.len() >= limit && bytes[..limit].is_ascii() {
+        return limit;
+    }
+    // Count character starts (bytes that are not UTF-8 continuation bytes).
+    let mut chars = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if (b & 0xC0) != 0x80 {
+            if chars == limit {
+                return i;
+            }
+            chars += 1;
         }
     }
-    rest.len()
+    bytes.len()
 }
 
 #[cfg(test)]

@@ -8,7 +8,12 @@ use hermes_mobile::{AgentCommand, CommandError, Config, DeviceId, MessageId, Out
 use serde_json::{json, Value};
 
 fn reply(device: &str, id: &str, text: &str, done: bool) -> AgentCommand {
-    AgentCommand::Reply { device: DeviceId::from(device), message: MessageId::from(id), text: text.into(), done }
+    AgentCommand::Reply {
+        device: DeviceId::from(device),
+        message: MessageId::from(id),
+        text: text.into(),
+        done,
+    }
 }
 
 fn file(bytes: usize) -> OutgoingFile {
@@ -67,7 +72,10 @@ fn chunk_limit_is_configurable() {
     let mut h = Harness::with_config(c);
     let conn = h.connect("tel-1");
     h.agent(reply("tel-1", "r1", "aaaa bbbb cccc", true));
-    let texts: Vec<String> = only(h.take(conn), "message").iter().map(|m| m["text"].as_str().unwrap().to_owned()).collect();
+    let texts: Vec<String> = only(h.take(conn), "message")
+        .iter()
+        .map(|m| m["text"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(texts, ["aaaa bbbb ", "cccc"]);
 }
 
@@ -82,15 +90,28 @@ fn streaming_sends_whole_versions_with_edits_and_one_final() {
     let messages = only(h.take(conn), "message");
     let seen: Vec<(String, bool, bool)> = messages
         .iter()
-        .map(|m| (m["text"].as_str().unwrap().to_owned(), m["edit"].as_bool().unwrap(), m["final"].as_bool().unwrap()))
+        .map(|m| {
+            (
+                m["text"].as_str().unwrap().to_owned(),
+                m["edit"].as_bool().unwrap(),
+                m["final"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         seen,
-        [("Hello".into(), false, false), ("Hello there".into(), true, false), ("Hello there, friend".into(), true, true)]
+        [
+            ("Hello".into(), false, false),
+            ("Hello there".into(), true, false),
+            ("Hello there, friend".into(), true, true)
+        ]
     );
     assert!(messages.iter().all(|m| m["id"] == "s1"));
     assert_eq!(assemble(&messages).unwrap(), "Hello there, friend");
-    assert_eq!(h.gw.handle_agent(h.now, reply("tel-1", "s1", "more", false)), Err(CommandError::MessageFinished));
+    assert_eq!(
+        h.gw.handle_agent(h.now, reply("tel-1", "s1", "more", false)),
+        Err(CommandError::MessageFinished)
+    );
 }
 
 #[test]
@@ -101,10 +122,15 @@ fn a_turn_runs_thinking_message_speaking_typing_stop_then_idle_3_s_later() {
     h.send(conn, json!({"t":"text","id":"u1","text":"hi"}));
     h.advance_to(Time::from_millis(500));
     h.agent(reply("tel-1", "r1", "echo: hi", true));
-    h.agent(AgentCommand::EndTurn { device: DeviceId::from("tel-1") });
+    h.agent(AgentCommand::EndTurn {
+        device: DeviceId::from("tel-1"),
+    });
     h.advance_to(Time::from_millis(3_499));
     let frames = h.take(conn);
-    assert_eq!(Harness::types(&frames), ["avatar", "typing", "message", "avatar", "typing"]);
+    assert_eq!(
+        Harness::types(&frames),
+        ["avatar", "typing", "message", "avatar", "typing"]
+    );
     assert_eq!(frames[0]["state"], "thinking");
     assert_eq!(frames[1], json!({"t":"typing"}));
     assert_eq!(frames[3]["state"], "speaking");
@@ -122,7 +148,10 @@ fn speaking_comes_after_the_whole_first_output_and_once_per_turn() {
     h.take(conn);
     h.agent(reply("tel-1", "r1", &"x".repeat(8000), true));
     h.agent(reply("tel-1", "r2", "second", true));
-    assert_eq!(Harness::types(&h.take(conn)), ["message", "message", "message", "avatar", "message"]);
+    assert_eq!(
+        Harness::types(&h.take(conn)),
+        ["message", "message", "message", "avatar", "message"]
+    );
 }
 
 #[test]
@@ -156,12 +185,24 @@ fn unknown_avatar_states_are_sent_as_idle() {
     // decisions M3
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.agent(AgentCommand::Avatar { device: DeviceId::from("tel-1"), state: "Thinking".into() });
-    h.agent(AgentCommand::Avatar { device: DeviceId::from("tel-1"), state: "dancing".into() });
-    h.agent(AgentCommand::Typing { device: DeviceId::from("tel-1") });
+    h.agent(AgentCommand::Avatar {
+        device: DeviceId::from("tel-1"),
+        state: "Thinking".into(),
+    });
+    h.agent(AgentCommand::Avatar {
+        device: DeviceId::from("tel-1"),
+        state: "dancing".into(),
+    });
+    h.agent(AgentCommand::Typing {
+        device: DeviceId::from("tel-1"),
+    });
     assert_eq!(
         h.take(conn),
-        vec![json!({"t":"avatar","state":"thinking"}), json!({"t":"avatar","state":"idle"}), json!({"t":"typing"})]
+        vec![
+            json!({"t":"avatar","state":"thinking"}),
+            json!({"t":"avatar","state":"idle"}),
+            json!({"t":"typing"})
+        ]
     );
 }
 
@@ -171,7 +212,10 @@ fn files_go_down_in_3_mib_raw_chunks() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     let f = file(7 * 1024 * 1024);
-    h.agent(AgentCommand::SendFile { device: DeviceId::from("tel-1"), file: f.clone() });
+    h.agent(AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: f.clone(),
+    });
     let media = only(h.take(conn), "media");
     assert_eq!(media.len(), 3);
     let mut assembler = MediaAssembler::default();
@@ -180,7 +224,10 @@ fn files_go_down_in_3_mib_raw_chunks() {
         assert_eq!((m["part"].as_u64(), m["parts"].as_u64()), (Some(i as u64), Some(3)));
         assert_eq!(m["final"], i == 2);
         assert_eq!(m["size"], 7 * 1024 * 1024);
-        assert_eq!((m["kind"].as_str(), m["mime"].as_str()), (Some("document"), Some("application/octet-stream")));
+        assert_eq!(
+            (m["kind"].as_str(), m["mime"].as_str()),
+            (Some("document"), Some("application/octet-stream"))
+        );
         assert_eq!(m["reply_to"], "up-1");
         let raw = hermes_mobile::base64::decoded_len(m["data"].as_str().unwrap());
         assert_eq!(raw, if i < 2 { 3 * 1024 * 1024 } else { 1024 * 1024 });
@@ -196,7 +243,10 @@ fn files_go_down_in_3_mib_raw_chunks() {
 fn files_over_8_mib_are_refused() {
     let mut h = Harness::new();
     h.connect("tel-1");
-    let cmd = AgentCommand::SendFile { device: DeviceId::from("tel-1"), file: file(8 * 1024 * 1024 + 1) };
+    let cmd = AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: file(8 * 1024 * 1024 + 1),
+    };
     assert_eq!(h.gw.handle_agent(h.now, cmd), Err(CommandError::FileTooBig));
 }
 
@@ -207,14 +257,23 @@ fn output_for_an_offline_device_is_held_and_sent_after_ready() {
     let conn = h.connect("tel-1");
     h.close(conn);
     h.agent(reply("tel-1", "r1", "while you were away", true));
-    h.agent(AgentCommand::SendFile { device: DeviceId::from("tel-1"), file: file(10) });
-    h.agent(AgentCommand::Typing { device: DeviceId::from("tel-1") });
+    h.agent(AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: file(10),
+    });
+    h.agent(AgentCommand::Typing {
+        device: DeviceId::from("tel-1"),
+    });
     assert!(h.gw.stats().held_bytes > 0);
     h.advance_to(Time::from_secs(60));
     let conn = h.open();
     h.hello(conn, "tel-1");
     let frames = h.take(conn);
-    assert_eq!(Harness::types(&frames), ["ready", "message", "media"], "typing is not held");
+    assert_eq!(
+        Harness::types(&frames),
+        ["ready", "message", "media"],
+        "typing is not held"
+    );
     assert_eq!(frames[1]["text"], "while you were away");
     assert_eq!(h.gw.stats().held_bytes, 0);
 }
@@ -229,10 +288,16 @@ fn a_stream_held_offline_arrives_as_its_latest_version() {
     let conn = h.connect_frames("tel-1");
     let messages = only(conn.1, "message");
     assert_eq!(messages.len(), 1);
-    assert_eq!((messages[0]["text"].as_str(), messages[0]["edit"].as_bool()), (Some("one two three"), Some(false)));
+    assert_eq!(
+        (messages[0]["text"].as_str(), messages[0]["edit"].as_bool()),
+        (Some("one two three"), Some(false))
+    );
     h.agent(reply("tel-1", "s", "one two three four", true));
     let next = only(h.take(conn.0), "message");
-    assert_eq!((next[0]["edit"].as_bool(), next[0]["final"].as_bool()), (Some(true), Some(true)));
+    assert_eq!(
+        (next[0]["edit"].as_bool(), next[0]["final"].as_bool()),
+        (Some(true), Some(true))
+    );
 }
 
 #[test]
@@ -244,7 +309,11 @@ fn held_output_expires_after_10_minutes() {
     assert!(h.gw.stats().held_bytes > 0);
     h.advance_to(Time::from_secs(600));
     assert_eq!(h.gw.stats().held_bytes, 0);
-    assert_eq!(h.gw.stats().devices_known, 0, "nothing is kept for a device that is gone");
+    assert_eq!(
+        h.gw.stats().devices_known,
+        0,
+        "nothing is kept for a device that is gone"
+    );
     let conn = h.connect_frames("tel-1");
     assert_eq!(Harness::types(&conn.1), ["ready"]);
 }
@@ -255,7 +324,10 @@ fn hold_is_bounded_at_8_mib_per_device() {
     let mut h = Harness::new();
     let big = "x".repeat(5 * 1024 * 1024);
     h.agent(reply("tel-1", "a", &big, true));
-    assert_eq!(h.gw.handle_agent(h.now, reply("tel-1", "b", &big, true)), Err(CommandError::HoldFull));
+    assert_eq!(
+        h.gw.handle_agent(h.now, reply("tel-1", "b", &big, true)),
+        Err(CommandError::HoldFull)
+    );
     assert_eq!(h.gw.stats().held_bytes, 5 * 1024 * 1024);
 }
 
@@ -266,7 +338,9 @@ fn typing_stop_goes_out_even_without_output_and_idle_follows() {
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"text","id":"u1","text":"hi"}));
     h.take(conn);
-    h.agent(AgentCommand::EndTurn { device: DeviceId::from("tel-1") });
+    h.agent(AgentCommand::EndTurn {
+        device: DeviceId::from("tel-1"),
+    });
     assert_eq!(h.take(conn), vec![json!({"t":"typing","stop":true})]);
     h.advance_to(Time::from_secs(3));
     assert_eq!(h.take(conn), vec![json!({"t":"avatar","state":"idle"})]);

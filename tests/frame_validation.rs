@@ -80,7 +80,10 @@ fn unknown_fields_and_fields_of_other_types_are_ignored() {
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"ping","text":5,"extra":{"a":[1]}}));
     assert_eq!(Harness::types(&h.take(conn)), ["pong"]);
-    h.send(conn, json!({"t":"text","id":"1","text":"hi","future_field":true,"parts":"x"}));
+    h.send(
+        conn,
+        json!({"t":"text","id":"1","text":"hi","future_field":true,"parts":"x"}),
+    );
     let frames = h.take(conn);
     assert!(frames.iter().all(|f| f["t"] != "error"), "{frames:?}");
 }
@@ -111,7 +114,11 @@ fn oversized_frame_is_fatal_too_big() {
         }
     }
     h.send(other, json!({"t":"ping"}));
-    assert_eq!(Harness::types(&h.take(other)), ["pong"], "other connections keep working");
+    assert_eq!(
+        Harness::types(&h.take(other)),
+        ["pong"],
+        "other connections keep working"
+    );
 }
 
 #[test]
@@ -178,7 +185,10 @@ fn null_optional_fields_count_as_absent() {
     // docs/decisions-local.md L3
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.send(conn, json!({"t":"media","id":"m","kind":"document","data":"aGk=","mime":null,"filename":"a.pdf","caption":null}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"m","kind":"document","data":"aGk=","mime":null,"filename":"a.pdf","caption":null}),
+    );
     assert!(h.take(conn).iter().all(|f| f["t"] != "error"));
     match &h.take_events()[0] {
         hermes_mobile::AgentEvent::MessageReceived { file: Some(f), .. } => assert_eq!(f.mime, "application/pdf"),

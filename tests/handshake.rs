@@ -95,7 +95,10 @@ fn missing_device_id_gets_a_fresh_generated_one() {
     let mut h = Harness::new();
     let (_, a) = hello_as(&mut h, json!(TOKEN), None);
     let (_, b) = hello_as(&mut h, json!(TOKEN), Some(""));
-    let ids: Vec<String> = [&a, &b].iter().map(|f| f[0]["device"]["id"].as_str().unwrap().to_owned()).collect();
+    let ids: Vec<String> = [&a, &b]
+        .iter()
+        .map(|f| f[0]["device"]["id"].as_str().unwrap().to_owned())
+        .collect();
     for id in &ids {
         let hex = id.strip_prefix("dev-").expect("dev- prefix");
         assert_eq!(hex.len(), 16);
@@ -110,11 +113,18 @@ fn reconnect_replaces_the_old_connection() {
     // decisions H5
     let mut h = Harness::new();
     let old = h.connect("tel-1");
-    h.send(old, json!({"t":"media","id":"up","kind":"document","data":b64(b"part0"),"part":0,"parts":2}));
+    h.send(
+        old,
+        json!({"t":"media","id":"up","kind":"document","data":b64(b"part0"),"part":0,"parts":2}),
+    );
     assert_eq!(h.gw.upload_bytes(&DeviceId::from("tel-1")), 5);
     let new = h.connect("tel-1");
     assert_eq!(h.closed[&old], (1000, "replaced".to_owned()));
-    assert_eq!(h.gw.upload_bytes(&DeviceId::from("tel-1")), 0, "the old connection's uploads are dropped");
+    assert_eq!(
+        h.gw.upload_bytes(&DeviceId::from("tel-1")),
+        0,
+        "the old connection's uploads are dropped"
+    );
     // Output is routed by device: it reaches the new connection.
     h.agent(AgentCommand::Reply {
         device: DeviceId::from("tel-1"),
@@ -160,7 +170,10 @@ fn device_fields_are_truncated_to_120_characters() {
     let mut h = Harness::new();
     let conn = h.open();
     let long = "d".repeat(300);
-    h.send(conn, json!({"t":"hello","token":TOKEN,"device":{"id":long,"name":long}}));
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":long,"name":long}}),
+    );
     let ready = &h.take(conn)[0];
     assert_eq!(ready["device"]["id"].as_str().unwrap().len(), 120);
     assert_eq!(ready["device"]["name"].as_str().unwrap().len(), 120);
@@ -170,7 +183,10 @@ fn device_fields_are_truncated_to_120_characters() {
 fn user_info_reaches_the_agent() {
     let mut h = Harness::new();
     let conn = h.open();
-    h.send(conn, json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"user":{"id":"u-1","name":"Ann"}}));
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"user":{"id":"u-1","name":"Ann"}}),
+    );
     h.send(conn, json!({"t":"text","id":"1","text":"hi"}));
     match &h.take_events()[0] {
         hermes_mobile::AgentEvent::MessageReceived { user, .. } => {

@@ -27,10 +27,16 @@ fn single_frame_file_is_delivered_with_guessed_mime() {
     // decisions U2 (parts:1 is not an open upload), U6
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.send(conn, json!({"t":"media","id":"p1","kind":"IMAGE","filename":"cat.JPG","data":b64(b"jpegbytes"),"caption":"my cat"}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"p1","kind":"IMAGE","filename":"cat.JPG","data":b64(b"jpegbytes"),"caption":"my cat"}),
+    );
     let events = h.take_events();
     let f = file_of(&events);
-    assert_eq!((f.kind, f.mime.as_str(), f.filename.as_str()), (UploadKind::Image, "image/jpeg", "cat.JPG"));
+    assert_eq!(
+        (f.kind, f.mime.as_str(), f.filename.as_str()),
+        (UploadKind::Image, "image/jpeg", "cat.JPG")
+    );
     assert_eq!(f.data, b"jpegbytes");
     assert_eq!(f.caption.as_deref(), Some("my cat"));
     assert_eq!(h.gw.stats().open_uploads, 0);
@@ -42,14 +48,20 @@ fn chunks_reassemble_in_any_order_and_metadata_comes_from_the_first_received() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"media","id":"f","kind":"document","filename":"b.txt","mime":"text/x-first","part":2,"parts":3,"data":b64(b"CC")}));
-    h.send(conn, json!({"t":"media","id":"f","kind":"image","filename":"ignored.png","part":0,"parts":3,"data":b64(b"AAAA")}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"f","kind":"image","filename":"ignored.png","part":0,"parts":3,"data":b64(b"AAAA")}),
+    );
     assert!(h.take_events().is_empty());
     assert_eq!(h.gw.upload_bytes(&tel1()), 6);
     h.send(conn, chunk("f", 1, 3, b"BBB"));
     let events = h.take_events();
     let f = file_of(&events);
     assert_eq!(f.data, b"AAAABBBCC");
-    assert_eq!((f.kind, f.mime.as_str(), f.filename.as_str()), (UploadKind::Document, "text/x-first", "b.txt"));
+    assert_eq!(
+        (f.kind, f.mime.as_str(), f.filename.as_str()),
+        (UploadKind::Document, "text/x-first", "b.txt")
+    );
     assert_eq!(h.gw.upload_bytes(&tel1()), 0);
     // The completed upload starts the turn (M3).
     assert_eq!(Harness::types(&h.take(conn)), ["avatar", "typing"]);
@@ -132,7 +144,10 @@ fn a_file_exactly_8_mib_passes_and_one_byte_more_is_too_big() {
     h.send(conn, chunk("big", 1, 2, &vec![2u8; 4 * MIB + 1]));
     assert_eq!(error_of(&h.take(conn))["code"], "too_big");
     assert_eq!(h.gw.upload_bytes(&tel1()), 0);
-    h.send(conn, json!({"t":"media","id":"single","kind":"image","data":b64(&vec![0u8; 8 * MIB + 1])}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"single","kind":"image","data":b64(&vec![0u8; 8 * MIB + 1])}),
+    );
     assert_eq!(error_of(&h.take(conn))["code"], "too_big");
 }
 
@@ -142,11 +157,17 @@ fn part_numbers_out_of_range_are_bad_frame() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     for (part, parts) in [(0i64, 0i64), (0, 2049), (-1, 2), (2, 2), (5, 3)] {
-        h.send(conn, json!({"t":"media","id":"f","kind":"image","part":part,"parts":parts,"data":"AA=="}));
+        h.send(
+            conn,
+            json!({"t":"media","id":"f","kind":"image","part":part,"parts":parts,"data":"AA=="}),
+        );
         let frames = h.take(conn);
         assert_eq!(error_of(&frames)["code"], "bad_frame", "part {part} of {parts}");
     }
-    h.send(conn, json!({"t":"media","id":"f","kind":"image","part":2047,"parts":2048,"data":"AA=="}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"f","kind":"image","part":2047,"parts":2048,"data":"AA=="}),
+    );
     assert!(h.take(conn).is_empty(), "2048 parts is the ceiling, not over it");
     assert_eq!(h.gw.stats().open_uploads, 1);
 }
@@ -168,7 +189,10 @@ fn invalid_base64_drops_the_upload() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     h.send(conn, chunk("f", 0, 2, b"AAA"));
-    h.send(conn, json!({"t":"media","id":"f","kind":"document","part":1,"parts":2,"data":"@@@"}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"f","kind":"document","part":1,"parts":2,"data":"@@@"}),
+    );
     assert_eq!(error_of(&h.take(conn))["code"], "bad_frame");
     assert_eq!(h.gw.stats().open_uploads, 0);
 }
@@ -214,7 +238,10 @@ fn buffers_are_freed_on_disconnect() {
 fn caption_over_12000_characters_is_too_big() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.send(conn, json!({"t":"media","id":"f","kind":"image","data":"AA==","caption":"c".repeat(12_001)}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"f","kind":"image","data":"AA==","caption":"c".repeat(12_001)}),
+    );
     assert_eq!(error_of(&h.take(conn))["code"], "too_big");
 }
 
@@ -224,7 +251,10 @@ fn filename_is_truncated_to_200_characters_and_sanitized_for_disk() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     let name = format!("../{}.txt", "n".repeat(300));
-    h.send(conn, json!({"t":"media","id":"f","kind":"document","data":"AA==","filename":name}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"f","kind":"document","data":"AA==","filename":name}),
+    );
     let events = h.take_events();
     let f = file_of(&events);
     assert_eq!(f.filename.chars().count(), 200);
@@ -236,9 +266,14 @@ fn filename_is_truncated_to_200_characters_and_sanitized_for_disk() {
 fn audio_upload_caption_is_its_recognized_text() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.send(conn, json!({"t":"media","id":"v","kind":"audio","filename":"memo.ogg","data":"AA==","caption":"call mom"}));
+    h.send(
+        conn,
+        json!({"t":"media","id":"v","kind":"audio","filename":"memo.ogg","data":"AA==","caption":"call mom"}),
+    );
     match &h.take_events()[..] {
-        [AgentEvent::MessageReceived { text, file: Some(f), .. }] => {
+        [AgentEvent::MessageReceived {
+            text, file: Some(f), ..
+        }] => {
             assert_eq!(text.as_deref(), Some("call mom"));
             assert_eq!(f.mime, "audio/ogg");
         }

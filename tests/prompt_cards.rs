@@ -31,7 +31,9 @@ fn clarify(prompt: &str, device: &str) -> AgentCommand {
 
 fn answered(events: &[AgentEvent]) -> (String, Option<String>, Option<String>) {
     match events {
-        [AgentEvent::PromptAnswered { option_id, label, text, .. }] => (option_id.clone(), label.clone(), text.clone()),
+        [AgentEvent::PromptAnswered {
+            option_id, label, text, ..
+        }] => (option_id.clone(), label.clone(), text.clone()),
         e => panic!("{e:?}"),
     }
 }
@@ -59,7 +61,10 @@ fn answer_closes_the_card_and_tells_the_agent() {
     h.agent(exec("p1", "tel-1", None));
     h.take(conn);
     h.send(conn, json!({"t":"prompt","prompt_id":"p1","option_id":"ALWAYS"}));
-    assert_eq!(h.take(conn), vec![json!({"t":"prompt_done","id":"p1","option_id":"always"})]);
+    assert_eq!(
+        h.take(conn),
+        vec![json!({"t":"prompt_done","id":"p1","option_id":"always"})]
+    );
     assert_eq!(answered(&h.take_events()).0, "always");
 }
 
@@ -71,7 +76,11 @@ fn forged_options_become_the_safe_default() {
     h.agent(AgentCommand::OpenPrompt {
         device: DeviceId::from("tel-1"),
         prompt: PromptId::from("p1"),
-        request: PromptRequest::ExecApproval { command: "ls".into(), description: "".into(), options: vec!["once".into(), "deny".into()] },
+        request: PromptRequest::ExecApproval {
+            command: "ls".into(),
+            description: "".into(),
+            options: vec!["once".into(), "deny".into()],
+        },
         ttl_secs: None,
     });
     h.take(conn);
@@ -81,12 +90,18 @@ fn forged_options_become_the_safe_default() {
     h.agent(AgentCommand::OpenPrompt {
         device: DeviceId::from("tel-1"),
         prompt: PromptId::from("p2"),
-        request: PromptRequest::SlashConfirm { text: "/reset".into(), options: vec![] },
+        request: PromptRequest::SlashConfirm {
+            text: "/reset".into(),
+            options: vec![],
+        },
         ttl_secs: None,
     });
     h.take(conn);
     h.send(conn, json!({"t":"prompt","prompt_id":"p2","option_id":"sudo"}));
-    assert_eq!(h.take(conn)[0], json!({"t":"prompt_done","id":"p2","option_id":"cancel"}));
+    assert_eq!(
+        h.take(conn)[0],
+        json!({"t":"prompt_done","id":"p2","option_id":"cancel"})
+    );
 }
 
 #[test]
@@ -104,7 +119,10 @@ fn text_alone_counts_as_an_option_id_if_it_is_one() {
     // A non-empty option_id wins over text.
     h.agent(exec("p3", "tel-1", None));
     h.take(conn);
-    h.send(conn, json!({"t":"prompt","prompt_id":"p3","option_id":"session","text":"always"}));
+    h.send(
+        conn,
+        json!({"t":"prompt","prompt_id":"p3","option_id":"session","text":"always"}),
+    );
     assert_eq!(h.take(conn)[0]["option_id"], "session");
 }
 
@@ -142,8 +160,15 @@ fn clarify_other_unknown_or_out_of_range_with_text_is_other() {
         let conn = h.connect("tel-1");
         h.agent(clarify("q1", "tel-1"));
         h.take(conn);
-        h.send(conn, json!({"t":"prompt","prompt_id":"q1","option_id":option,"text":"green"}));
-        assert_eq!(h.take(conn)[0], json!({"t":"prompt_done","id":"q1","option_id":"other"}), "{option}");
+        h.send(
+            conn,
+            json!({"t":"prompt","prompt_id":"q1","option_id":option,"text":"green"}),
+        );
+        assert_eq!(
+            h.take(conn)[0],
+            json!({"t":"prompt_done","id":"q1","option_id":"other"}),
+            "{option}"
+        );
         assert_eq!(answered(&h.take_events()), ("other".into(), None, Some("green".into())));
     }
 }
@@ -158,7 +183,10 @@ fn clarify_without_text_is_bad_frame_and_the_card_stays_open() {
     h.send(conn, json!({"t":"prompt","prompt_id":"q1","option_id":"other"}));
     let frames = h.take(conn);
     let err = error_of(&frames);
-    assert_eq!((err["code"].as_str(), err["message"].as_str()), (Some("bad_frame"), Some("clarify needs text")));
+    assert_eq!(
+        (err["code"].as_str(), err["message"].as_str()),
+        (Some("bad_frame"), Some("clarify needs text"))
+    );
     assert_eq!(err["fatal"], false);
     h.send(conn, json!({"t":"prompt","prompt_id":"q1","option_id":"c0"}));
     assert_eq!(h.take(conn)[0]["option_id"], "c0");
@@ -178,7 +206,10 @@ fn unknown_card_gets_prompt_done_expired() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"prompt","prompt_id":"nope","option_id":"once"}));
-    assert_eq!(h.take(conn), vec![json!({"t":"prompt_done","id":"nope","expired":true})]);
+    assert_eq!(
+        h.take(conn),
+        vec![json!({"t":"prompt_done","id":"nope","expired":true})]
+    );
     assert!(!h.closed.contains_key(&conn));
 }
 
@@ -192,7 +223,10 @@ fn another_devices_card_is_forbidden_and_stays_open() {
     h.take(owner);
     h.send(other, json!({"t":"prompt","prompt_id":"p1","option_id":"once"}));
     let frames = h.take(other);
-    assert_eq!((error_of(&frames)["code"].as_str(), error_of(&frames)["fatal"].as_bool()), (Some("forbidden"), Some(false)));
+    assert_eq!(
+        (error_of(&frames)["code"].as_str(), error_of(&frames)["fatal"].as_bool()),
+        (Some("forbidden"), Some(false))
+    );
     h.send(owner, json!({"t":"prompt","prompt_id":"p1","option_id":"once"}));
     assert_eq!(h.take(owner)[0]["option_id"], "once");
 }
@@ -221,7 +255,10 @@ fn expiry_sends_the_safe_default_and_tells_the_agent() {
     h.advance_to(Time::from_millis(29_999));
     assert!(only(h.take(conn), "prompt_done").is_empty());
     h.advance_to(Time::from_secs(30));
-    assert_eq!(h.take(conn), vec![json!({"t":"prompt_done","id":"p1","option_id":"deny","expired":true})]);
+    assert_eq!(
+        h.take(conn),
+        vec![json!({"t":"prompt_done","id":"p1","option_id":"deny","expired":true})]
+    );
     assert_eq!(
         h.take_events(),
         vec![AgentEvent::PromptExpired {
@@ -233,7 +270,10 @@ fn expiry_sends_the_safe_default_and_tells_the_agent() {
     );
     // An answer after expiry gets the same closed card back.
     h.send(conn, json!({"t":"prompt","prompt_id":"p1","option_id":"once"}));
-    assert_eq!(h.take(conn), vec![json!({"t":"prompt_done","id":"p1","option_id":"deny","expired":true})]);
+    assert_eq!(
+        h.take(conn),
+        vec![json!({"t":"prompt_done","id":"p1","option_id":"deny","expired":true})]
+    );
 }
 
 #[test]
@@ -244,7 +284,10 @@ fn clarify_expiry_has_no_default_option() {
     h.agent(clarify("q1", "tel-1"));
     h.take(conn);
     h.advance_to(Time::from_secs(300));
-    assert_eq!(only(h.take(conn), "prompt_done"), vec![json!({"t":"prompt_done","id":"q1","expired":true})]);
+    assert_eq!(
+        only(h.take(conn), "prompt_done"),
+        vec![json!({"t":"prompt_done","id":"q1","expired":true})]
+    );
 }
 
 #[test]
@@ -296,7 +339,11 @@ fn open_cards_are_sent_again_after_reconnect() {
     h.hello(second, "tel-1");
     let frames = h.take(second);
     assert_eq!(Harness::types(&frames), ["ready", "prompt", "prompt"]);
-    assert_eq!((frames[1]["id"].as_str(), frames[2]["id"].as_str()), (Some("p1"), Some("q1")), "in the order asked");
+    assert_eq!(
+        (frames[1]["id"].as_str(), frames[2]["id"].as_str()),
+        (Some("p1"), Some("q1")),
+        "in the order asked"
+    );
 }
 
 #[test]
@@ -304,12 +351,21 @@ fn agent_cannot_reuse_a_card_id_or_open_an_empty_card() {
     let mut h = Harness::new();
     h.connect("tel-1");
     h.agent(exec("p1", "tel-1", None));
-    assert_eq!(h.gw.handle_agent(h.now, exec("p1", "tel-1", None)), Err(CommandError::DuplicatePrompt));
+    assert_eq!(
+        h.gw.handle_agent(h.now, exec("p1", "tel-1", None)),
+        Err(CommandError::DuplicatePrompt)
+    );
     let empty = AgentCommand::OpenPrompt {
         device: DeviceId::from("tel-1"),
         prompt: PromptId::from("p2"),
-        request: PromptRequest::Clarify { question: "?".into(), choices: vec![] },
+        request: PromptRequest::Clarify {
+            question: "?".into(),
+            choices: vec![],
+        },
         ttl_secs: None,
     };
-    assert!(matches!(h.gw.handle_agent(h.now, empty), Err(CommandError::InvalidPrompt(_))));
+    assert!(matches!(
+        h.gw.handle_agent(h.now, empty),
+        Err(CommandError::InvalidPrompt(_))
+    ));
 }

@@ -126,13 +126,16 @@ fn arb_json() -> impl Strategy<Value = serde_json::Value> {
         any::<bool>().prop_map(serde_json::Value::Bool),
         any::<i64>().prop_map(|n| json!(n)),
         any::<u64>().prop_map(|n| json!(n)),
-        any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(|f| json!(f)),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(|f| json!(f)),
         ".{0,20}".prop_map(serde_json::Value::String),
     ];
     leaf.prop_recursive(3, 32, 6, |inner| {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
-            proptest::collection::btree_map("[a-z_]{0,8}", inner, 0..6).prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            proptest::collection::btree_map("[a-z_]{0,8}", inner, 0..6)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
         ]
     })
 }

@@ -32,7 +32,11 @@ fn service_connection_delivers_text_and_gets_delivered() {
     h.send(cron, deliver("d1", "mobile:tel-1", "backup finished"));
     assert_eq!(h.take(cron), vec![json!({"t":"delivered","id":"d1","device":"tel-1"})]);
     let frames = h.take(phone);
-    assert_eq!(Harness::types(&frames), ["message"], "no avatar or typing for a delivery");
+    assert_eq!(
+        Harness::types(&frames),
+        ["message"],
+        "no avatar or typing for a delivery"
+    );
     assert_eq!(frames[0]["text"], "backup finished");
     assert_eq!(frames[0]["final"], true);
     assert_ne!(frames[0]["id"], "d1", "a new server message id");
@@ -56,7 +60,10 @@ fn empty_target_uses_the_home_device_or_is_bad_frame() {
     let cron = service(&mut h);
     h.send(cron, json!({"t":"deliver","id":"d1","text":"hi"}));
     let frames = h.take(cron);
-    assert_eq!((error_of(&frames)["code"].as_str(), error_of(&frames)["id"].as_str()), (Some("bad_frame"), Some("d1")));
+    assert_eq!(
+        (error_of(&frames)["code"].as_str(), error_of(&frames)["id"].as_str()),
+        (Some("bad_frame"), Some("d1"))
+    );
 
     let mut c = config();
     c.home_device = Some("tel-1".into());
@@ -76,7 +83,10 @@ fn offline_target_is_device_offline_and_not_recorded() {
     h.send(cron, deliver("d1", "tel-1", "hi"));
     let frames = h.take(cron);
     let err = error_of(&frames);
-    assert_eq!((err["code"].as_str(), err["id"].as_str(), err["fatal"].as_bool()), (Some("device_offline"), Some("d1"), Some(false)));
+    assert_eq!(
+        (err["code"].as_str(), err["id"].as_str(), err["fatal"].as_bool()),
+        (Some("device_offline"), Some("d1"), Some(false))
+    );
     assert_eq!(h.gw.stats().held_bytes, 0, "a delivery is not held");
     let phone = h.connect("tel-1");
     h.send(cron, deliver("d1", "tel-1", "hi"));
@@ -89,7 +99,10 @@ fn loopback_without_proxy_headers_may_deliver() {
     // decisions S1
     let mut h = Harness::new();
     let phone = h.connect("tel-1");
-    let local = h.open_with(Peer { loopback: true, forwarded: false });
+    let local = h.open_with(Peer {
+        loopback: true,
+        forwarded: false,
+    });
     h.hello(local, "cli");
     h.take(local);
     h.send(local, deliver("d1", "tel-1", "hi"));
@@ -100,7 +113,16 @@ fn loopback_without_proxy_headers_may_deliver() {
 #[test]
 fn loopback_behind_a_proxy_and_remote_peers_are_forbidden() {
     // decisions S1: X-Forwarded-For shows the peer is not really local
-    for peer in [Peer { loopback: true, forwarded: true }, Peer { loopback: false, forwarded: false }] {
+    for peer in [
+        Peer {
+            loopback: true,
+            forwarded: true,
+        },
+        Peer {
+            loopback: false,
+            forwarded: false,
+        },
+    ] {
         let mut h = Harness::new();
         let phone = h.connect("tel-1");
         let conn = h.open_with(peer);
@@ -108,7 +130,10 @@ fn loopback_behind_a_proxy_and_remote_peers_are_forbidden() {
         h.take(conn);
         h.send(conn, deliver("d1", "tel-1", "hi"));
         let frames = h.take(conn);
-        assert_eq!((error_of(&frames)["code"].as_str(), error_of(&frames)["fatal"].as_bool()), (Some("forbidden"), Some(false)));
+        assert_eq!(
+            (error_of(&frames)["code"].as_str(), error_of(&frames)["fatal"].as_bool()),
+            (Some("forbidden"), Some(false))
+        );
         assert!(h.take(phone).is_empty());
         assert!(!h.closed.contains_key(&conn));
     }
@@ -153,7 +178,10 @@ fn deliver_sends_text_first_then_media() {
     );
     let frames = h.take(phone);
     assert_eq!(Harness::types(&frames), ["message", "media"]);
-    assert_eq!((frames[1]["mime"].as_str(), frames[1]["size"].as_u64()), (Some("application/pdf"), Some(4)));
+    assert_eq!(
+        (frames[1]["mime"].as_str(), frames[1]["size"].as_u64()),
+        (Some("application/pdf"), Some(4))
+    );
     assert_eq!(frames[1]["data"], b64(b"%PDF"));
 }
 
@@ -163,10 +191,16 @@ fn deliver_media_kind_and_size_are_checked() {
     let mut h = Harness::with_config(config());
     h.connect("tel-1");
     let cron = service(&mut h);
-    h.send(cron, json!({"t":"deliver","id":"d1","target":"tel-1","media":{"kind":"audio","data":"AA=="}}));
+    h.send(
+        cron,
+        json!({"t":"deliver","id":"d1","target":"tel-1","media":{"kind":"audio","data":"AA=="}}),
+    );
     assert_eq!(error_of(&h.take(cron))["code"], "unsupported_frame");
     let big = b64(&vec![0u8; 8 * 1024 * 1024 + 1]);
-    h.send(cron, json!({"t":"deliver","id":"d2","target":"tel-1","media":{"kind":"image","data":big}}));
+    h.send(
+        cron,
+        json!({"t":"deliver","id":"d2","target":"tel-1","media":{"kind":"image","data":big}}),
+    );
     assert_eq!(error_of(&h.take(cron))["code"], "too_big");
     h.send(cron, json!({"t":"deliver","id":"d3","target":"tel-1"}));
     assert_eq!(error_of(&h.take(cron))["code"], "bad_frame", "at least text or media");
@@ -182,6 +216,9 @@ fn repeated_deliver_is_confirmed_but_not_resent() {
     let cron = service(&mut h);
     h.send(cron, deliver("d1", "tel-1", "once"));
     h.send(cron, deliver("d1", "tel-1", "once"));
-    assert_eq!(h.take(cron), vec![json!({"t":"delivered","id":"d1","device":"tel-1"}); 2]);
+    assert_eq!(
+        h.take(cron),
+        vec![json!({"t":"delivered","id":"d1","device":"tel-1"}); 2]
+    );
     assert_eq!(h.take(phone).len(), 1);
 }

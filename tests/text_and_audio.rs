@@ -17,8 +17,18 @@ fn text_reaches_the_agent_and_starts_the_turn() {
         vec![json!({"t":"avatar","state":"thinking"}), json!({"t":"typing"})]
     );
     match &h.take_events()[..] {
-        [AgentEvent::MessageReceived { device, id, text, audio: None, file: None, .. }] => {
-            assert_eq!((device.as_str(), id.as_str(), text.as_deref()), ("tel-1", "m1", Some("hello")));
+        [AgentEvent::MessageReceived {
+            device,
+            id,
+            text,
+            audio: None,
+            file: None,
+            ..
+        }] => {
+            assert_eq!(
+                (device.as_str(), id.as_str(), text.as_deref()),
+                ("tel-1", "m1", Some("hello"))
+            );
         }
         e => panic!("{e:?}"),
     }
@@ -85,9 +95,16 @@ fn dedup_window_holds_4000_entries_per_device() {
 fn audio_is_decoded_with_its_recognized_text() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
-    h.send(conn, json!({"t":"audio","id":"a1","format":"OGG","data":b64(b"OggS-voice"),"text":"turn on the lights"}));
+    h.send(
+        conn,
+        json!({"t":"audio","id":"a1","format":"OGG","data":b64(b"OggS-voice"),"text":"turn on the lights"}),
+    );
     match &h.take_events()[..] {
-        [AgentEvent::MessageReceived { audio: Some(Audio { format, data }), text, .. }] => {
+        [AgentEvent::MessageReceived {
+            audio: Some(Audio { format, data }),
+            text,
+            ..
+        }] => {
             assert_eq!(*format, AudioFormat::Ogg, "decisions G2: format is lower-cased");
             assert_eq!(data, b"OggS-voice");
             assert_eq!(text.as_deref(), Some("turn on the lights"));
@@ -114,9 +131,15 @@ fn audio_over_8_mib_decoded_is_too_big_exactly_at_the_limit() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     let limit = 8 * 1024 * 1024;
-    h.send(conn, json!({"t":"audio","id":"ok","format":"wav","data":b64(&vec![1u8; limit])}));
+    h.send(
+        conn,
+        json!({"t":"audio","id":"ok","format":"wav","data":b64(&vec![1u8; limit])}),
+    );
     assert!(h.take(conn).iter().all(|f| f["t"] != "error"));
-    h.send(conn, json!({"t":"audio","id":"big","format":"wav","data":b64(&vec![1u8; limit + 1])}));
+    h.send(
+        conn,
+        json!({"t":"audio","id":"big","format":"wav","data":b64(&vec![1u8; limit + 1])}),
+    );
     let frames = h.take(conn);
     assert_eq!(error_of(&frames)["code"], "too_big");
     assert_eq!(error_of(&frames)["id"], "big");
@@ -143,7 +166,12 @@ fn typing_from_the_app_tells_the_agent_and_sends_nothing_back() {
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"typing"}));
     assert!(h.take(conn).is_empty());
-    assert_eq!(h.take_events(), vec![AgentEvent::UserTyping { device: DeviceId::from("tel-1") }]);
+    assert_eq!(
+        h.take_events(),
+        vec![AgentEvent::UserTyping {
+            device: DeviceId::from("tel-1")
+        }]
+    );
 }
 
 #[test]
@@ -175,7 +203,11 @@ fn pong_ts_is_byte_for_byte() {
     let mut gw = hermes_mobile::Gateway::new(hermes_mobile::Config::new(TOKEN));
     let conn = hermes_mobile::ConnId(1);
     gw.handle_open(Time::ZERO, conn, Default::default());
-    gw.handle_message(Time::ZERO, conn, format!(r#"{{"t":"hello","token":"{TOKEN}"}}"#).as_bytes());
+    gw.handle_message(
+        Time::ZERO,
+        conn,
+        format!(r#"{{"t":"hello","token":"{TOKEN}"}}"#).as_bytes(),
+    );
     while gw.poll_output().is_some() {}
     gw.handle_message(Time::ZERO, conn, br#"{"t":"ping","ts":1.50}"#);
     match gw.poll_output() {

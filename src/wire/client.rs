@@ -300,22 +300,19 @@ pub fn parse_client_frame(bytes: &[u8]) -> Result<ClientFrame<'_>, Rejection> {
             Rejection::bad_frame("frame is not valid UTF-8 JSON")
         }
     })?;
-    let id_hint = raw
-        .id
-        .as_ref()
-        .and_then(Scalar::as_str)
-        .map(|s| truncate_chars(s, MAX_ID_CHARS).to_owned());
-    validate(raw).map_err(|r| r.with_id(id_hint.as_deref()))
+    validate(&raw).map_err(|r| {
+        let id = raw.id.as_ref().and_then(Scalar::as_str);
+        r.with_id(id.map(|s| truncate_chars(s, MAX_ID_CHARS)))
+    })
 }
 
-fn validate(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn validate<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let t = match &raw.t {
-        Some(Scalar::Str(t)) => lower(t).into_owned(),
+        Some(Scalar::Str(t)) => lower(t),
         Some(_) => return Err(Rejection::bad_frame("t must be a string")),
         None => return Err(Rejection::bad_frame("t is required")),
     };
-    // The owned lower-cased copy of `t` is tiny; matching on it keeps borrowing simple.
-    match t.as_str() {
+    match &*t {
         "hello" => hello(raw),
         "text" => text(raw),
         "audio" => audio(raw),
@@ -325,7 +322,7 @@ fn validate(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
         "ping" => Ok(ClientFrame::Ping { ts: raw.ts }),
         "ack" => ack(raw),
         "deliver" => deliver(raw),
-        _ => Ok(ClientFrame::Unknown(Cow::Owned(t))),
+        _ => Ok(ClientFrame::Unknown(Cow::Owned(t.into_owned()))),
     }
 }
 
@@ -333,15 +330,16 @@ fn owned_cut<'a>(field: Option<&Cow<'a, str>>, max: usize) -> Cow<'a, str> {
     field.map(|s| cut(s, max)).unwrap_or(Cow::Borrowed(""))
 }
 
-fn hello(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn hello<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let token = opt_str(&raw.token, "token")?.cloned().unwrap_or_default();
-    let device = match raw.device {
-        None => RawDevice::default(),
+    let (no_device, no_user) = (RawDevice::default(), RawUser::default());
+    let device = match &raw.device {
+        None => &no_device,
         Some(Object::Ok(d)) => d,
         Some(Object::Wrong) => return Err(Rejection::bad_frame("device must be an object")),
     };
-    let user = match raw.user {
-        None => RawUser::default(),
+    let user = match &raw.user {
+        None => &no_user,
         Some(Object::Ok(u)) => u,
         Some(Object::Wrong) => return Err(Rejection::bad_frame("user must be an object")),
     };
@@ -373,7 +371,7 @@ fn bounded_text<'a>(s: &Cow<'a, str>, name: &'static str) -> Result<Cow<'a, str>
     Ok(s.clone())
 }
 
-fn text(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn text<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let id = frame_id(&raw)?;
     let text = req_str(&raw.text, "text")?;
     if is_blank(text) {
@@ -383,7 +381,7 @@ fn text(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
     Ok(ClientFrame::Text(TextFrame { id, text }))
 }
 
-fn audio(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn audio<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let id = frame_id(&raw)?;
     let format = req_str(&raw.format, "format")?;
     let data = req_str(&raw.data, "data")?.clone();
@@ -404,7 +402,7 @@ fn audio(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
     Ok(ClientFrame::Audio(AudioFrame { id, format, data, text }))
 }
 
-fn media(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn media<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let id = frame_id(&raw)?;
     let kind = req_str(&raw.kind, "kind")?;
     let data = req_str(&raw.data, "data")?.clone();
@@ -442,7 +440,7 @@ fn media(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
     }))
 }
 
-fn prompt(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn prompt<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let prompt_id = cut(req_str(&raw.prompt_id, "prompt_id")?, MAX_ID_CHARS);
     let option_id = opt_str(&raw.option_id, "option_id")?
         .map(|o| Cow::<str>::Owned(lower(o.trim()).into_owned()))
@@ -461,11 +459,11 @@ fn prompt(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
     }))
 }
 
-fn ack(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn ack<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     Ok(ClientFrame::Ack { id: frame_id(&raw)? })
 }
 
-fn deliver(raw: RawFrame<'_>) -> Result<ClientFrame<'_>, Rejection> {
+fn deliver<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let id = frame_id(&raw)?;
     let target = opt_str(&raw.target, "target")?
         .map(|t| cut(t, MAX_ID_CHARS + "mobile:".len()))

@@ -40,12 +40,18 @@ impl Harness {
         while let Some(out) = self.gw.poll_output() {
             match out {
                 Output::Send { conn, frame } => {
-                    assert!(!self.closed.contains_key(&conn), "frame sent to closed {conn:?}: {frame}");
+                    assert!(
+                        !self.closed.contains_key(&conn),
+                        "frame sent to closed {conn:?}: {frame}"
+                    );
                     let v: Value = serde_json::from_str(&frame).expect("the gateway sends JSON");
                     self.sent.entry(conn).or_default().push(v);
                 }
                 Output::Close { conn, code, reason } => {
-                    assert!(self.closed.insert(conn, (code, reason.to_owned())).is_none(), "closed twice");
+                    assert!(
+                        self.closed.insert(conn, (code, reason.to_owned())).is_none(),
+                        "closed twice"
+                    );
                 }
                 Output::Authenticated { .. } => {}
             }
@@ -77,7 +83,10 @@ impl Harness {
     }
 
     pub fn hello(&mut self, conn: ConnId, device: &str) {
-        self.send(conn, json!({"t":"hello","token":TOKEN,"device":{"id":device,"name":"Phone"}}));
+        self.send(
+            conn,
+            json!({"t":"hello","token":TOKEN,"device":{"id":device,"name":"Phone"}}),
+        );
     }
 
     /// Opens a connection and authenticates it as `device`; returns it with its frames cleared.
@@ -143,7 +152,10 @@ impl Harness {
     }
 
     pub fn types(frames: &[Value]) -> Vec<String> {
-        frames.iter().map(|f| f["t"].as_str().unwrap_or("?").to_owned()).collect()
+        frames
+            .iter()
+            .map(|f| f["t"].as_str().unwrap_or("?").to_owned())
+            .collect()
     }
 }
 
