@@ -372,7 +372,7 @@ fn bounded_text<'a>(s: &Cow<'a, str>, name: &'static str) -> Result<Cow<'a, str>
 }
 
 fn text<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
-    let id = frame_id(&raw)?;
+    let id = frame_id(raw)?;
     let text = req_str(&raw.text, "text")?;
     if is_blank(text) {
         return Err(Rejection::bad_frame("text is empty"));
@@ -382,7 +382,7 @@ fn text<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
 }
 
 fn audio<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
-    let id = frame_id(&raw)?;
+    let id = frame_id(raw)?;
     let format = req_str(&raw.format, "format")?;
     let data = req_str(&raw.data, "data")?.clone();
     let text = opt_str(&raw.text, "text")?
@@ -403,7 +403,7 @@ fn audio<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
 }
 
 fn media<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
-    let id = frame_id(&raw)?;
+    let id = frame_id(raw)?;
     let kind = req_str(&raw.kind, "kind")?;
     let data = req_str(&raw.data, "data")?.clone();
     let mime = opt_str(&raw.mime, "mime")?.cloned().unwrap_or_default();
@@ -460,11 +460,11 @@ fn prompt<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
 }
 
 fn ack<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
-    Ok(ClientFrame::Ack { id: frame_id(&raw)? })
+    Ok(ClientFrame::Ack { id: frame_id(raw)? })
 }
 
 fn deliver<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
-    let id = frame_id(&raw)?;
+    let id = frame_id(raw)?;
     let target = opt_str(&raw.target, "target")?
         .map(|t| cut(t, MAX_ID_CHARS + "mobile:".len()))
         .unwrap_or_default();
