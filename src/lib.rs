@@ -51,6 +51,7 @@ pub mod ids;
 pub mod limits;
 pub mod mime;
 pub mod prompts;
+mod reassembly;
 pub mod text;
 pub mod time;
 pub mod uploads;

@@ -1,10 +1,8 @@
 //! Multipart upload reassembly for one connection (decisions U1–U6, I2).
 //!
-//! Chunks are decoded straight from the frame's borrowed base64 into the upload's single
-//! buffer, in arrival order; a table records where each part landed. When the parts arrived
-//! in order (the usual case) the buffer *is* the file; otherwise it is reordered with one copy.
-//! Every limit is checked on the decoded size computed from the base64 length, before a
-//! byte is decoded.
+//! Chunks are decoded straight from the frame's borrowed base64 into the upload's buffer
+//! (`reassembly` decides where). Every limit is checked on the decoded size computed from the
+//! base64 length, before a byte is decoded.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -12,6 +10,7 @@ use std::time::Duration;
 use crate::base64::{decode_into, decoded_len};
 use crate::limits::{MAX_MEDIA_BYTES, MAX_OPEN_UPLOADS, MAX_UPLOAD_BUFFER_BYTES};
 use crate::mime::guess_mime;
+use crate::reassembly::Assembly;
 use crate::time::Time;
 use crate::wire::client::{MediaChunk, UploadKind};
 use crate::wire::Rejection;
@@ -39,8 +38,6 @@ pub enum ChunkOutcome {
     Completed(ReceivedFile),
 }
 
-const MISSING: u32 = u32::MAX;
-
 #[derive(Debug)]
 struct Upload {
     kind: UploadKind,
@@ -48,50 +45,8 @@ struct Upload {
     filename: String,
     caption: Option<String>,
     parts: u32,
-    received: u32,
-    /// Decoded bytes, in arrival order.
-    buf: Vec<u8>,
-    /// Per part: offset into `buf`, or MISSING. Lengths follow from the next offset.
-    offsets: Vec<u32>,
-    /// Per part: decoded length.
-    lens: Vec<u32>,
-    in_order: bool,
+    assembly: Assembly,
     last_chunk: Time,
-}
-
-impl Upload {
-    fn into_file(self, id: &str) -> ReceivedFile {
-        let data = if self.in_order {
-            self.buf
-        } else {
-            let mut data = Vec::with_capacity(self.buf.len());
-            for (off, len) in self.offsets.iter().zip(&self.lens) {
-                let (off, len) = (*off as usize, *len as usize);
-                data.extend_from_slice(&self.buf[off..off + len]);
-            }
-            data
-        };
-        ReceivedFile {
-            id: id.to_owned(),
-            kind: self.kind,
-            mime: self.mime,
-            filename: self.filename,
-            caption: self.caption,
-            data,
-        }
-    }
-}
-
-/// Makes room for `additional` more bytes, doubling like `Vec` does (so 2048 small chunks cost
-/// O(n) copying), but never past `MAX_MEDIA_BYTES`: an upload's capacity stays within twice
-/// its accounted bytes and within one file's limit.
-fn reserve_bounded(buf: &mut Vec<u8>, additional: usize) {
-    let needed = buf.len() + additional;
-    if needed <= buf.capacity() {
-        return;
-    }
-    let target = needed.max(buf.capacity() * 2).min(MAX_MEDIA_BYTES).max(needed);
-    buf.reserve_exact(target - buf.len());
 }
 
 /// The open uploads of one connection (one device: a device has one live connection, H5).
@@ -128,14 +83,14 @@ impl Uploads {
         if self
             .open
             .get(chunk.id.as_ref())
-            .is_some_and(|u| u.offsets[chunk.part as usize] != MISSING)
+            .is_some_and(|u| u.assembly.has(chunk.part))
         {
             if let Some(u) = self.open.get_mut(chunk.id.as_ref()) {
                 u.last_chunk = now;
             }
             return Ok(ChunkOutcome::Repeated);
         }
-        let current = self.open.get(chunk.id.as_ref()).map_or(0, |u| u.buf.len());
+        let current = self.open.get(chunk.id.as_ref()).map_or(0, |u| u.assembly.bytes());
         if current + size > MAX_MEDIA_BYTES {
             self.drop_upload(&chunk.id);
             return Err(Rejection::too_big("file is over 8 MiB"));
@@ -145,7 +100,6 @@ impl Uploads {
             return Err(Rejection::too_big("unfinished uploads are over 8 MiB in total"));
         }
 
-        let parts = chunk.parts as usize;
         let upload = self
             .open
             .entry(chunk.id.clone().into_owned())
@@ -155,39 +109,32 @@ impl Uploads {
                 filename: chunk.filename.clone().into_owned(),
                 caption: chunk.caption.as_ref().map(|c| c.clone().into_owned()),
                 parts: chunk.parts,
-                received: 0,
-                buf: Vec::new(),
-                offsets: vec![MISSING; parts],
-                lens: vec![0; parts],
-                in_order: true,
+                assembly: Assembly::new(chunk.parts),
                 last_chunk: now,
             });
-        let offset = upload.buf.len();
-        reserve_bounded(&mut upload.buf, size);
-        if decode_into(&chunk.data, &mut upload.buf).is_err() {
+        let before = upload.assembly.bytes();
+        if upload.assembly.place(chunk.part, &chunk.data, size).is_err() {
             self.drop_upload(&chunk.id);
             return Err(Rejection::bad_frame("data is not valid base64"));
         }
-        let decoded = upload.buf.len() - offset;
-        let part = chunk.part as usize;
-        // Arrival order equals part order only if every earlier part came before this one.
-        upload.in_order &= upload.received == chunk.part;
-        // Both fit in u32: the buffer is bounded by MAX_MEDIA_BYTES.
-        upload.offsets[part] = offset as u32;
-        upload.lens[part] = decoded as u32;
-        upload.received += 1;
         upload.last_chunk = now;
-        self.buffered += decoded;
-
-        if upload.received < upload.parts {
+        self.buffered += upload.assembly.bytes() - before;
+        if !upload.assembly.is_complete() {
             return Ok(ChunkOutcome::Stored);
         }
         let upload = self
             .open
             .remove(chunk.id.as_ref())
             .expect("the upload was just updated");
-        self.buffered -= upload.buf.len();
-        Ok(ChunkOutcome::Completed(upload.into_file(&chunk.id)))
+        self.buffered -= upload.assembly.bytes();
+        Ok(ChunkOutcome::Completed(ReceivedFile {
+            id: chunk.id.clone().into_owned(),
+            kind: upload.kind,
+            mime: upload.mime,
+            filename: upload.filename,
+            caption: upload.caption,
+            data: upload.assembly.finish(),
+        }))
     }
 
     /// A whole file in one frame: not an open upload (U2), limited only by MAX_MEDIA_BYTES.
@@ -209,7 +156,7 @@ impl Uploads {
 
     fn drop_upload(&mut self, id: &str) {
         if let Some(u) = self.open.remove(id) {
-            self.buffered -= u.buf.len();
+            self.buffered -= u.assembly.bytes();
         }
     }
 
