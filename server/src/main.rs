@@ -1,11 +1,102 @@
-//! The hermes-mobile gateway binary. The event loop lands with the server issue; until then
-//! this only explains itself, so that `cargo run --release` at the root builds and says what
-//! is missing instead of failing.
+//! `hermes-mobile`: the gateway server, `send` for cron, and `token` for pairing a phone.
+
+mod agent;
+mod config;
+mod conn;
+mod http;
+mod send;
+mod server;
+mod signals;
+mod state;
+mod wheel;
+
+use std::collections::HashMap;
+
+use state::TokenOrigin;
 
 fn main() {
-    eprintln!(
-        "hermes-mobile {}: the server is not built yet; the protocol core is in the hermes_mobile library",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::exit(2);
+    std::process::exit(real_main());
+}
+
+fn real_main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    match args.first().map(String::as_str) {
+        Some("--help" | "-h" | "help") => {
+            print!("{}", config::help());
+            0
+        }
+        Some("--version" | "-V") => {
+            println!("hermes-mobile {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Some("send") => send::run(&env, &args[1..]),
+        Some("token") => token(&env, &args[1..]),
+        Some("serve") => serve(&env, &args[1..]),
+        _ => serve(&env, &args),
+    }
+}
+
+fn fail(message: impl std::fmt::Display, code: i32) -> i32 {
+    eprintln!("hermes-mobile: {message}");
+    code
+}
+
+/// The token the server would use, created in the state directory if needed (decisions C3).
+fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, String> {
+    if config.token_given {
+        return Ok(TokenOrigin::Configured);
+    }
+    let (token, origin) = state::stored_token(&config.state_dir)?;
+    config.core.token = token;
+    Ok(origin)
+}
+
+fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    let mut config = match config::parse(env, args) {
+        Ok(c) => c,
+        Err(e) => return fail(e, 2),
+    };
+    match resolve_token(&mut config) {
+        Ok(_) => {
+            println!("{}", config.core.token);
+            0
+        }
+        Err(e) => fail(e, 1),
+    }
+}
+
+fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    let mut config = match config::parse(env, args) {
+        Ok(c) => c,
+        Err(e) => return fail(e, 2),
+    };
+    let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
+    match resolve_token(&mut config) {
+        Ok(TokenOrigin::Created(path)) => {
+            // C3: shown once, on creation, on stdout, never through the log.
+            println!(
+                "New app token (kept in {}; pair your phone with it):\n{}",
+                path.display(),
+                config.core.token
+            );
+        }
+        Ok(TokenOrigin::Stored(path)) => log::info!("using the app token kept in {}", path.display()),
+        Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
+        Err(e) => return fail(e, 1),
+    }
+    let seed = match state::random_bytes::<8>() {
+        Ok(b) => u64::from_le_bytes(b),
+        Err(e) => return fail(format!("no random source: {e}"), 1),
+    };
+    let (host, port) = (config.host.clone(), config.port);
+    let mut server = match server::Server::bind(config, seed) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
+    };
+    log::info!("listening on ws://{}/ws (agent: demo)", server.local_addr());
+    match server.run() {
+        Ok(()) => 0,
+        Err(e) => fail(format!("event loop failed: {e}"), 1),
+    }
 }

@@ -1,0 +1,411 @@
+//! Settings from the environment and the command line (decisions C1–C3). A flag overrides
+//! its variable. Bad settings stop start-up with one clear line.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use hermes_mobile::Config;
+
+/// One setting: its flag, its variable, its default as shown, and what it means.
+pub struct Setting {
+    pub flag: &'static str,
+    pub env: &'static str,
+    pub default: &'static str,
+    pub help: &'static str,
+}
+
+pub const SETTINGS: &[Setting] = &[
+    Setting {
+        flag: "--host",
+        env: "MOBILE_HOST",
+        default: "0.0.0.0",
+        help: "listen address",
+    },
+    Setting {
+        flag: "--port",
+        env: "MOBILE_PORT",
+        default: "8787",
+        help: "listen port; 0 picks a free port and logs it",
+    },
+    Setting {
+        flag: "--token",
+        env: "MOBILE_TOKEN",
+        default: "generated",
+        help: "the app token; unset: generated once and kept in the state directory",
+    },
+    Setting {
+        flag: "--extra-tokens",
+        env: "MOBILE_EXTRA_TOKENS",
+        default: "",
+        help: "device_id=token,... : tokens bound to one device, both ways",
+    },
+    Setting {
+        flag: "--allowed-devices",
+        env: "MOBILE_ALLOWED_DEVICES",
+        default: "all",
+        help: "device ids allowed to connect, comma-separated",
+    },
+    Setting {
+        flag: "--deliver-tokens",
+        env: "MOBILE_DELIVER_TOKENS",
+        default: "",
+        help: "service tokens that may `deliver` (cron, `hermes-mobile send`)",
+    },
+    Setting {
+        flag: "--home-device",
+        env: "MOBILE_HOME_DEVICE",
+        default: "",
+        help: "device a `deliver` without target goes to",
+    },
+    Setting {
+        flag: "--avatar-url",
+        env: "MOBILE_AVATAR_URL",
+        default: "",
+        help: "URL sent as ready.avatar_url",
+    },
+    Setting {
+        flag: "--prompt-ttl",
+        env: "MOBILE_PROMPT_TTL",
+        default: "300",
+        help: "seconds a card lives unless the agent says otherwise",
+    },
+    Setting {
+        flag: "--chunk-limit",
+        env: "MOBILE_CHUNK_LIMIT",
+        default: "3500",
+        help: "characters per message frame",
+    },
+    Setting {
+        flag: "--state-dir",
+        env: "MOBILE_STATE_DIR",
+        default: "$XDG_STATE_HOME/hermes-mobile",
+        help: "generated token and received media (media/)",
+    },
+    Setting {
+        flag: "--agent",
+        env: "MOBILE_AGENT",
+        default: "demo",
+        help: "the agent behind the gateway: demo",
+    },
+    Setting {
+        flag: "--max-connections",
+        env: "MOBILE_MAX_CONNECTIONS",
+        default: "1024",
+        help: "connections beyond this are refused with 503",
+    },
+    Setting {
+        flag: "--log-level",
+        env: "RUST_LOG",
+        default: "info",
+        help: "error, warn, info, debug or trace",
+    },
+    Setting {
+        flag: "--hello-timeout",
+        env: "MOBILE_HELLO_TIMEOUT",
+        default: "15",
+        help: "seconds from accept to hello (tests shorten it)",
+    },
+    Setting {
+        flag: "--typing-idle",
+        env: "MOBILE_TYPING_IDLE",
+        default: "3",
+        help: "seconds from the last agent frame to avatar idle",
+    },
+    Setting {
+        flag: "--keepalive",
+        env: "MOBILE_KEEPALIVE",
+        default: "30",
+        help: "seconds of quiet before a WebSocket ping; silent for 3x this closes (1001)",
+    },
+    Setting {
+        flag: "--demo-step",
+        env: "MOBILE_DEMO_STEP",
+        default: "0.15",
+        help: "seconds between the demo agent's /stream words",
+    },
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    Demo,
+}
+
+/// Everything the server needs. `core.token` is empty until the state directory is read.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub core: Config,
+    pub host: String,
+    pub port: u16,
+    pub token_given: bool,
+    pub state_dir: PathBuf,
+    pub agent: AgentKind,
+    pub max_connections: usize,
+    pub log_level: log::LevelFilter,
+    pub keepalive: Duration,
+    pub demo_step: Duration,
+    /// Frames queued for one slow client beyond which it is dropped.
+    pub max_queue_bytes: usize,
+}
+
+fn list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn seconds(name: &str, s: &str) -> Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!("{name} must be a positive number of seconds, got {s:?}")),
+    }
+}
+
+fn number<T: std::str::FromStr>(name: &str, s: &str) -> Result<T, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("{name} must be a number, got {s:?}"))
+}
+
+/// The default state directory: `$XDG_STATE_HOME/hermes-mobile`, else
+/// `~/.local/state/hermes-mobile`, else `./hermes-mobile-state`.
+pub fn default_state_dir(env: &HashMap<String, String>) -> PathBuf {
+    if let Some(x) = env.get("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("hermes-mobile");
+    }
+    if let Some(home) = env.get("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(home).join(".local/state/hermes-mobile");
+    }
+    PathBuf::from("hermes-mobile-state")
+}
+
+/// Reads settings from `env` and `args` (flags only: the subcommand is already taken off).
+pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerConfig, String> {
+    let mut values: HashMap<&'static str, String> = HashMap::new();
+    for s in SETTINGS {
+        if let Some(v) = env.get(s.env) {
+            values.insert(s.flag, v.clone());
+        }
+    }
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_owned())),
+            None => (arg.as_str(), None),
+        };
+        let Some(setting) = SETTINGS.iter().find(|s| s.flag == flag) else {
+            return Err(format!("unknown option {flag:?} (see --help)"));
+        };
+        let value = match inline {
+            Some(v) => v,
+            None => {
+                i += 1;
+                args.get(i).cloned().ok_or_else(|| format!("{flag} needs a value"))?
+            }
+        };
+        values.insert(setting.flag, value);
+        i += 1;
+    }
+    let get = |flag: &str| values.get(flag).map(String::as_str);
+
+    let token = get("--token").unwrap_or("").trim().to_owned();
+    let mut core = Config::new(token.clone());
+    for entry in list(get("--extra-tokens").unwrap_or("")) {
+        match entry.split_once('=') {
+            Some((dev, tok)) if !dev.trim().is_empty() && !tok.trim().is_empty() => {
+                core.extra_tokens.push((dev.trim().to_owned(), tok.trim().to_owned()))
+            }
+            // The entry is not echoed: it may be a token (C2, "never a token in a log").
+            _ => return Err("MOBILE_EXTRA_TOKENS entries must look like device_id=token".into()),
+        }
+    }
+    core.allowed_devices = list(get("--allowed-devices").unwrap_or(""));
+    core.deliver_tokens = list(get("--deliver-tokens").unwrap_or(""));
+    core.home_device = get("--home-device")
+        .map(str::trim)
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned);
+    core.avatar_url = get("--avatar-url").unwrap_or("").trim().to_owned();
+    if let Some(v) = get("--prompt-ttl") {
+        core.prompt_ttl = seconds("MOBILE_PROMPT_TTL", v)?;
+    }
+    if let Some(v) = get("--chunk-limit") {
+        core.chunk_limit = number("MOBILE_CHUNK_LIMIT", v)?;
+        if core.chunk_limit == 0 {
+            return Err("MOBILE_CHUNK_LIMIT must be at least 1".into());
+        }
+    }
+    if let Some(v) = get("--hello-timeout") {
+        core.hello_timeout = seconds("MOBILE_HELLO_TIMEOUT", v)?;
+    }
+    if let Some(v) = get("--typing-idle") {
+        core.typing_idle = seconds("MOBILE_TYPING_IDLE", v)?;
+    }
+    let agent = match get("--agent").unwrap_or("demo").trim() {
+        "demo" | "" => AgentKind::Demo,
+        other => return Err(format!("unknown agent {other:?}: this build has the demo agent")),
+    };
+    let log_level = match get("--log-level")
+        .unwrap_or("info")
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
+        "off" => log::LevelFilter::Off,
+        "error" => log::LevelFilter::Error,
+        "warn" => log::LevelFilter::Warn,
+        "info" | "" => log::LevelFilter::Info,
+        "debug" => log::LevelFilter::Debug,
+        "trace" => log::LevelFilter::Trace,
+        other => {
+            return Err(format!(
+                "log level must be error, warn, info, debug or trace, got {other:?}"
+            ))
+        }
+    };
+    let port = match get("--port") {
+        Some(p) => number::<u16>("MOBILE_PORT", p)?,
+        None => 8787,
+    };
+    let max_connections = match get("--max-connections") {
+        Some(v) => number::<usize>("MOBILE_MAX_CONNECTIONS", v)?.max(1),
+        None => 1024,
+    };
+    Ok(ServerConfig {
+        core,
+        host: get("--host").unwrap_or("0.0.0.0").trim().to_owned(),
+        port,
+        token_given: !token.is_empty(),
+        state_dir: get("--state-dir")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| default_state_dir(env)),
+        agent,
+        max_connections,
+        log_level,
+        keepalive: match get("--keepalive") {
+            Some(v) => seconds("MOBILE_KEEPALIVE", v)?,
+            None => Duration::from_secs(30),
+        },
+        demo_step: match get("--demo-step") {
+            Some(v) => seconds("MOBILE_DEMO_STEP", v)?,
+            None => Duration::from_millis(150),
+        },
+        max_queue_bytes: 24 * 1024 * 1024,
+    })
+}
+
+/// The text of `hermes-mobile --help`.
+pub fn help() -> String {
+    let mut out = String::from(concat!(
+        "hermes-mobile ",
+        env!("CARGO_PKG_VERSION"),
+        ": a Protocol v1 gateway between a phone app and your AI agent\n\n",
+        "USAGE:\n",
+        "  hermes-mobile [serve] [OPTIONS]    serve ws://HOST:PORT/ws (default: 0.0.0.0:8787) with the demo agent\n",
+        "  hermes-mobile send --to mobile:ID (--text TEXT | --file PATH) [--kind KIND] [--url URL] [--token TOKEN] [--id ID]\n",
+        "                                     deliver a message to a phone, as cron would (`hermes-mobile send --help`)\n",
+        "  hermes-mobile token                print the app token in use, for pairing a phone\n",
+        "  hermes-mobile --help | --version\n\n",
+        "OPTIONS (each also read from its environment variable; a flag wins):\n",
+    ));
+    for s in SETTINGS {
+        let default = if s.default.is_empty() {
+            "unset".to_owned()
+        } else {
+            s.default.to_owned()
+        };
+        out.push_str(&format!(
+            "  {:<20} {:<24} {} [default: {}]\n",
+            format!("{} V", s.flag),
+            s.env,
+            s.help,
+            default
+        ));
+    }
+    out.push_str(concat!(
+        "\nROUTES:\n",
+        "  GET /ws        WebSocket, Protocol v1 (the token goes in the hello frame, never in the URL)\n",
+        "  GET /healthz   200 with {status, version, connections, devices_online}\n\n",
+        "Behind a reverse proxy (wss://), keep the proxy adding X-Forwarded-For: loopback peers that\n",
+        "carry it may not `deliver` without a deliver token.\n",
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn flags_override_the_environment() {
+        let c = parse(
+            &env(&[("MOBILE_PORT", "9000"), ("MOBILE_TOKEN", "t")]),
+            &["--port".into(), "9001".into()],
+        )
+        .unwrap();
+        assert_eq!(c.port, 9001);
+        assert_eq!(c.core.token, "t");
+        let c = parse(&env(&[]), &["--port=0".into()]).unwrap();
+        assert_eq!(c.port, 0);
+    }
+
+    #[test]
+    fn lists_are_trimmed_and_empty_entries_skipped() {
+        // decisions C2
+        let c = parse(
+            &env(&[
+                ("MOBILE_ALLOWED_DEVICES", " tel-1, ,tel-2,"),
+                ("MOBILE_EXTRA_TOKENS", "tel-1 = abc ,"),
+            ]),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.core.allowed_devices, ["tel-1", "tel-2"]);
+        assert_eq!(c.core.extra_tokens, [("tel-1".to_owned(), "abc".to_owned())]);
+    }
+
+    #[test]
+    fn extra_token_without_equals_stops_start_up_without_echoing_it() {
+        // decisions C2
+        let err = parse(&env(&[("MOBILE_EXTRA_TOKENS", "s3cret-token")]), &[]).unwrap_err();
+        assert!(err.contains("device_id=token"));
+        assert!(!err.contains("s3cret"));
+    }
+
+    #[test]
+    fn bad_numbers_are_clear_errors() {
+        assert!(parse(&env(&[("MOBILE_PORT", "80a")]), &[])
+            .unwrap_err()
+            .contains("MOBILE_PORT"));
+        assert!(parse(&env(&[]), &["--port".into(), "70000".into()]).is_err());
+        assert!(parse(&env(&[]), &["--bogus".into()]).unwrap_err().contains("--bogus"));
+        assert!(parse(&env(&[("MOBILE_PROMPT_TTL", "-1")]), &[]).is_err());
+    }
+
+    #[test]
+    fn state_dir_follows_xdg() {
+        assert_eq!(
+            default_state_dir(&env(&[("XDG_STATE_HOME", "/x")])),
+            PathBuf::from("/x/hermes-mobile")
+        );
+        assert_eq!(
+            default_state_dir(&env(&[("HOME", "/home/a")])),
+            PathBuf::from("/home/a/.local/state/hermes-mobile")
+        );
+    }
+
+    #[test]
+    fn help_lists_every_setting() {
+        let h = help();
+        for s in SETTINGS {
+            assert!(h.contains(s.flag) && h.contains(s.env));
+        }
+    }
+}

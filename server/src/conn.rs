@@ -1,0 +1,256 @@
+//! One client connection: its HTTP head, then its WebSocket, and the frames queued for it.
+//!
+//! tungstenite is driven non-blocking: reads are drained until `WouldBlock`, and a
+//! `WouldBlock` from a write or flush means "queued": nothing is ever written twice.
+//! Frames from the core wait in `outbox`, and are handed to tungstenite one at a time, only
+//! when its own buffer has drained; so tungstenite buffers at most one frame, and the
+//! outbox is the one bounded place where a slow reader's backlog lives.
+
+use std::collections::VecDeque;
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use mio::net::TcpStream;
+use tungstenite::protocol::{frame::coding::CloseCode, CloseFrame, Role, WebSocketConfig};
+use tungstenite::{Message, WebSocket};
+
+use crate::http::MAX_HEAD_BYTES;
+
+/// The tungstenite settings for a Raspberry Pi (decisions G7, style.md).
+pub fn ws_config() -> WebSocketConfig {
+    let max = hermes_mobile::limits::MAX_FRAME_BYTES;
+    WebSocketConfig::default()
+        // Small: most frames are a few hundred bytes; big ones grow the buffer as they come.
+        .read_buffer_size(4 * 1024)
+        // Write each frame at once; the outbox does the buffering.
+        .write_buffer_size(0)
+        // One frame at most sits in tungstenite (the largest is a ~4 MiB media chunk).
+        .max_write_buffer_size(max + 64 * 1024)
+        // Refused before buffered whole (G7).
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max))
+}
+
+pub enum Phase {
+    /// Reading the request head.
+    Http { stream: TcpStream, head: Vec<u8> },
+    /// Writing a response; then either upgrading (with the bytes read past the head) or closing.
+    Respond {
+        stream: TcpStream,
+        out: Vec<u8>,
+        written: usize,
+        upgrade: Option<(Vec<u8>, bool)>,
+    },
+    /// Speaking WebSocket.
+    Ws(Box<WebSocket<TcpStream>>),
+    /// Done: waiting to be freed after the current batch of events.
+    Dead,
+}
+
+pub struct Conn {
+    pub generation: u32,
+    pub peer: SocketAddr,
+    pub accepted_at: Instant,
+    pub phase: Phase,
+    /// Frames for the peer not yet handed to tungstenite.
+    pub outbox: VecDeque<String>,
+    pub outbox_bytes: usize,
+    /// tungstenite holds a frame it could not write yet: wait for writable.
+    pub blocked: bool,
+    /// Close with this once the outbox has drained (the core has forgotten the connection).
+    pub close_after: Option<(u16, String)>,
+    /// Our close frame is out; waiting for the peer's.
+    pub closing: bool,
+    /// Whether the core knows this connection.
+    pub in_core: bool,
+    pub last_rx: Instant,
+    pub pinged: bool,
+    /// The device, once authenticated (for logs).
+    pub device: Option<String>,
+    /// Why it ended, for the close log line.
+    pub reason: Option<String>,
+}
+
+/// What reading a WebSocket produced.
+pub enum Incoming {
+    Message(Vec<u8>),
+    TooBig,
+    InvalidUtf8,
+}
+
+impl Conn {
+    pub fn new(stream: TcpStream, peer: SocketAddr, generation: u32, now: Instant) -> Conn {
+        Conn {
+            generation,
+            peer,
+            accepted_at: now,
+            phase: Phase::Http {
+                stream,
+                head: Vec::new(),
+            },
+            outbox: VecDeque::new(),
+            outbox_bytes: 0,
+            blocked: false,
+            close_after: None,
+            closing: false,
+            in_core: false,
+            last_rx: now,
+            pinged: false,
+            device: None,
+            reason: None,
+        }
+    }
+
+    pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
+        match &mut self.phase {
+            Phase::Http { stream, .. } | Phase::Respond { stream, .. } => Some(stream),
+            Phase::Ws(ws) => Some(ws.get_mut()),
+            Phase::Dead => None,
+        }
+    }
+
+    /// Reads what the socket has into the head buffer. `Ok(false)`: the peer closed.
+    pub fn read_head(&mut self) -> io::Result<bool> {
+        let Phase::Http { stream, head } = &mut self.phase else {
+            return Ok(true);
+        };
+        let mut chunk = [0u8; 2048];
+        loop {
+            // Never read past what a head may hold (plus what a pipelining client sends).
+            if head.len() > MAX_HEAD_BYTES + chunk.len() {
+                return Ok(true);
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => head.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Writes a pending HTTP response. `Ok(true)` once it is all out.
+    pub fn write_response(&mut self) -> io::Result<bool> {
+        let Phase::Respond {
+            stream, out, written, ..
+        } = &mut self.phase
+        else {
+            return Ok(true);
+        };
+        while *written < out.len() {
+            match stream.write(&out[*written..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => *written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Switches to WebSocket with the bytes already read past the head.
+    pub fn upgrade(&mut self, leftover: Vec<u8>) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        if let Phase::Respond { stream, .. } = phase {
+            let ws = WebSocket::from_partially_read(stream, leftover, Role::Server, Some(ws_config()));
+            self.phase = Phase::Ws(Box::new(ws));
+        }
+    }
+
+    /// Reads every whole message available. `Err` ends the connection (closed or broken).
+    pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<(), String> {
+        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        loop {
+            match ws.read() {
+                Ok(msg) => {
+                    self.last_rx = now;
+                    self.pinged = false;
+                    match msg {
+                        Message::Text(t) => into.push(Incoming::Message(t.as_bytes().to_vec())),
+                        Message::Binary(b) => into.push(Incoming::Message(b.to_vec())),
+                        // Pongs to pings are queued by tungstenite itself; flushed below.
+                        Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
+                        Message::Close(_) => {}
+                    }
+                }
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(tungstenite::Error::ConnectionClosed) | Err(tungstenite::Error::AlreadyClosed) => {
+                    return Err("closed by peer".into())
+                }
+                Err(tungstenite::Error::Capacity(_)) => {
+                    into.push(Incoming::TooBig);
+                    return Ok(());
+                }
+                Err(tungstenite::Error::Utf8(_)) => into.push(Incoming::InvalidUtf8),
+                Err(e) => return Err(format!("websocket error: {e}")),
+            }
+        }
+        Ok(())
+    }
+
+    pub fn queue(&mut self, frame: String) {
+        self.outbox_bytes += frame.len();
+        self.outbox.push_back(frame);
+    }
+
+    /// Hands queued frames to tungstenite while it keeps up, then the close frame if one is
+    /// due. `Err` ends the connection.
+    pub fn pump(&mut self) -> Result<(), String> {
+        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        if self.blocked {
+            match ws.flush() {
+                Ok(()) => self.blocked = false,
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) => return Err(format!("write failed: {e}")),
+            }
+        }
+        while let Some(frame) = self.outbox.pop_front() {
+            self.outbox_bytes -= frame.len();
+            if self.closing {
+                continue;
+            }
+            match ws.write(Message::Text(frame.into())) {
+                Ok(()) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return Ok(());
+                }
+                Err(tungstenite::Error::WriteBufferFull(_)) => return Err("client too slow".into()),
+                Err(e) => return Err(format!("write failed: {e}")),
+            }
+        }
+        if let Some((code, reason)) = self.close_after.take() {
+            self.closing = true;
+            let frame = CloseFrame {
+                code: CloseCode::from(code),
+                reason: reason.into(),
+            };
+            match ws.close(Some(frame)) {
+                Ok(()) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => self.blocked = true,
+                Err(_) => return Err("closed".into()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a WebSocket ping (decisions K2).
+    pub fn ping(&mut self) -> Result<(), String> {
+        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        if self.blocked || self.closing {
+            return Ok(());
+        }
+        match ws.write(Message::Ping(Vec::new().into())) {
+            Ok(()) => Ok(()),
+            Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                self.blocked = true;
+                Ok(())
+            }
+            Err(e) => Err(format!("ping failed: {e}")),
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! The plain HTTP side: reading a request head with httparse and deciding where it goes.
+//!
+//! A head is bounded in size (`MAX_HEAD_BYTES`) and, by the caller, in time. The request
+//! target's query string is never logged (decisions H1: a `?token=` must not leak).
+
+/// Larger heads are refused with 431.
+pub const MAX_HEAD_BYTES: usize = 8 * 1024;
+const MAX_HEADERS: usize = 32;
+
+/// Where a complete request head goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// `GET /ws` with a valid WebSocket upgrade: the 101 response to send, and whether the
+    /// request carried `Forwarded` or `X-Forwarded-For` (decisions S1).
+    Upgrade { response: Vec<u8>, forwarded: bool },
+    /// `GET /healthz`.
+    Health,
+    /// Anything else: a complete response to send before closing.
+    Reply(Vec<u8>),
+}
+
+/// The outcome of looking at the bytes read so far.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Head {
+    /// More bytes are needed.
+    Partial,
+    /// A complete head of `len` bytes (what follows belongs to the WebSocket).
+    Complete { route: Route, len: usize, path: String },
+}
+
+pub fn response(status: &str, content_type: &str, body: &str, extra: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn text(status: &str, body: &str) -> Vec<u8> {
+    response(status, "text/plain; charset=utf-8", &format!("{body}\n"), "")
+}
+
+fn header<'h>(headers: &'h [httparse::Header<'_>], name: &str) -> Option<&'h [u8]> {
+    headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
+fn has_token(value: Option<&[u8]>, token: &str) -> bool {
+    value
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .is_some_and(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case(token)))
+}
+
+/// Parses the head in `buf`. Errors are answered with a response, never a panic.
+pub fn parse(buf: &[u8]) -> Head {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut req = httparse::Request::new(&mut headers);
+    let len = match req.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
+            return complete(
+                Route::Reply(text("431 Request Header Fields Too Large", "request head too large")),
+                0,
+                "",
+            )
+        }
+        Ok(httparse::Status::Partial) => return Head::Partial,
+        Err(httparse::Error::TooManyHeaders) => {
+            return complete(
+                Route::Reply(text("431 Request Header Fields Too Large", "too many headers")),
+                0,
+                "",
+            )
+        }
+        Err(_) => return complete(Route::Reply(text("400 Bad Request", "malformed request")), 0, ""),
+    };
+    // Only the path: the query string is never kept, so it can never be logged (H1).
+    let path = req.path.unwrap_or("/").split('?').next().unwrap_or("/").to_owned();
+    let method = req.method.unwrap_or("");
+    let route = match (method, path.as_str()) {
+        ("GET", "/ws") => upgrade(req.headers),
+        ("GET", "/healthz") => Route::Health,
+        _ => Route::Reply(text("404 Not Found", "not found")),
+    };
+    complete(route, len, &path)
+}
+
+fn complete(route: Route, len: usize, path: &str) -> Head {
+    Head::Complete {
+        route,
+        len,
+        path: path.to_owned(),
+    }
+}
+
+fn upgrade(headers: &[httparse::Header<'_>]) -> Route {
+    let wants_ws = has_token(header(headers, "upgrade"), "websocket");
+    if !wants_ws {
+        return Route::Reply(response(
+            "426 Upgrade Required",
+            "text/plain; charset=utf-8",
+            "this endpoint speaks WebSocket (Protocol v1)\n",
+            "Upgrade: websocket\r\n",
+        ));
+    }
+    let connection_upgrade = has_token(header(headers, "connection"), "upgrade");
+    let version_13 = header(headers, "sec-websocket-version").is_some_and(|v| v == b"13");
+    let key = header(headers, "sec-websocket-key").filter(|k| !k.is_empty());
+    let (true, true, Some(key)) = (connection_upgrade, version_13, key) else {
+        return Route::Reply(response(
+            "400 Bad Request",
+            "text/plain; charset=utf-8",
+            "bad WebSocket upgrade\n",
+            "Sec-WebSocket-Version: 13\r\n",
+        ));
+    };
+    let accept = tungstenite::handshake::derive_accept_key(key);
+    let forwarded = header(headers, "forwarded").is_some() || header(headers, "x-forwarded-for").is_some();
+    let response =
+        format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")
+            .into_bytes();
+    Route::Upgrade { response, forwarded }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn route(req: &str) -> Route {
+        match parse(req.as_bytes()) {
+            Head::Complete { route, .. } => route,
+            Head::Partial => panic!("partial"),
+        }
+    }
+
+    fn status(r: &Route) -> String {
+        match r {
+            Route::Reply(bytes) => String::from_utf8_lossy(bytes).lines().next().unwrap().to_owned(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    const UPGRADE: &str = "GET /ws?token=secret HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: keep-alive, Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n";
+
+    #[test]
+    fn websocket_upgrade_gets_101_with_the_accept_key() {
+        match route(&format!("{UPGRADE}\r\n")) {
+            Route::Upgrade { response, forwarded } => {
+                let text = String::from_utf8(response).unwrap();
+                assert!(text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
+                assert!(!forwarded);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn proxy_headers_are_noticed() {
+        // decisions S1
+        for h in ["X-Forwarded-For: 1.2.3.4", "forwarded: for=1.2.3.4"] {
+            assert!(matches!(
+                route(&format!("{UPGRADE}{h}\r\n\r\n")),
+                Route::Upgrade { forwarded: true, .. }
+            ));
+        }
+    }
+
+    #[test]
+    fn plain_routes() {
+        assert!(status(&route("GET /ws HTTP/1.1\r\nHost: x\r\n\r\n")).starts_with("HTTP/1.1 426"));
+        assert_eq!(route("GET /healthz HTTP/1.1\r\n\r\n"), Route::Health);
+        assert!(status(&route("GET /other HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
+        assert!(status(&route("POST /ws HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
+        assert!(status(&route("\x01\x02 nonsense\r\n\r\n")).starts_with("HTTP/1.1 400"));
+    }
+
+    #[test]
+    fn the_query_string_is_dropped_from_the_path() {
+        // decisions H1
+        match parse(format!("{UPGRADE}\r\n").as_bytes()) {
+            Head::Complete { path, .. } => assert_eq!(path, "/ws"),
+            Head::Partial => panic!(),
+        }
+    }
+
+    #[test]
+    fn heads_are_bounded() {
+        assert_eq!(parse(b"GET /ws HTTP/1.1\r\nHost: x\r\n"), Head::Partial);
+        let huge = format!("GET /ws HTTP/1.1\r\nX-Big: {}\r\n", "a".repeat(MAX_HEAD_BYTES));
+        assert!(status(&route(&huge)).starts_with("HTTP/1.1 431"));
+    }
+}

@@ -1,0 +1,270 @@
+//! `hermes-mobile send`: deliver a message or file to a phone through a running gateway, the
+//! way cron (or `hermes send --to mobile:<id>`) does. It connects, says `hello`, sends one
+//! `deliver`, and waits for `delivered` or an error. Exit codes are for scripts.
+
+use std::collections::HashMap;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use base64::Engine;
+use hermes_mobile::limits::MAX_MEDIA_BYTES;
+use hermes_mobile::mime::guess_mime;
+use serde_json::{json, Value};
+use tungstenite::Message;
+
+pub const EXIT_DELIVERED: i32 = 0;
+pub const EXIT_FAILED: i32 = 1;
+pub const EXIT_USAGE: i32 = 2;
+pub const EXIT_OFFLINE: i32 = 3;
+pub const EXIT_REFUSED: i32 = 4;
+pub const EXIT_REJECTED: i32 = 5;
+
+pub const HELP: &str = "hermes-mobile send: deliver a message to a phone through a running gateway
+
+USAGE:
+  hermes-mobile send --to mobile:ID [--text TEXT] [--file PATH [--kind KIND]] [OPTIONS]
+
+  --to TARGET      mobile:<device id> or <device id>; empty: the gateway's MOBILE_HOME_DEVICE
+  --text TEXT      the message text
+  --file PATH      a file to attach (at most 8 MiB)
+  --kind KIND      image, voice, video, document or animation [default: from the file name]
+  --url URL        the gateway [default: ws://127.0.0.1:$MOBILE_PORT/ws, port 8787]
+  --token TOKEN    [default: the first MOBILE_DELIVER_TOKENS entry, else MOBILE_TOKEN,
+                   else the token in the state directory]
+  --id ID          the delivery id; repeat it to retry without sending twice [default: new]
+  --device ID      the device id this sender says hello as [default: hermes-send]
+  --timeout SECS   give up after this long [default: 10]
+
+EXIT CODES:
+  0 delivered   1 could not connect or no answer   2 bad usage
+  3 device_offline (retry later)   4 auth_failed or forbidden   5 refused (bad_frame, too_big, ...)
+";
+
+struct Args {
+    to: String,
+    text: Option<String>,
+    file: Option<PathBuf>,
+    kind: Option<String>,
+    url: Option<String>,
+    token: Option<String>,
+    id: Option<String>,
+    device: String,
+    timeout: Duration,
+}
+
+fn parse_args(args: &[String]) -> Result<Args, String> {
+    let mut a = Args {
+        to: String::new(),
+        text: None,
+        file: None,
+        kind: None,
+        url: None,
+        token: None,
+        id: None,
+        device: "hermes-send".into(),
+        timeout: Duration::from_secs(10),
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let (flag, inline) = match args[i].split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f.to_owned(), Some(v.to_owned())),
+            _ => (args[i].clone(), None),
+        };
+        let mut value = || -> Result<String, String> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            i += 1;
+            args.get(i).cloned().ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "--to" => a.to = value()?,
+            "--text" => a.text = Some(value()?),
+            "--file" => a.file = Some(PathBuf::from(value()?)),
+            "--kind" => a.kind = Some(value()?),
+            "--url" => a.url = Some(value()?),
+            "--token" => a.token = Some(value()?),
+            "--id" => a.id = Some(value()?),
+            "--device" => a.device = value()?,
+            "--timeout" => {
+                let v = value()?;
+                let secs: f64 = v.parse().map_err(|_| format!("--timeout must be seconds, got {v:?}"))?;
+                if !(secs.is_finite() && secs > 0.0) {
+                    return Err("--timeout must be positive".into());
+                }
+                a.timeout = Duration::from_secs_f64(secs);
+            }
+            other => return Err(format!("unknown option {other:?} (see send --help)")),
+        }
+        i += 1;
+    }
+    if a.text.is_none() && a.file.is_none() {
+        return Err("nothing to send: give --text and/or --file".into());
+    }
+    Ok(a)
+}
+
+fn default_token(env: &HashMap<String, String>) -> Result<String, String> {
+    let first_deliver = env
+        .get("MOBILE_DELIVER_TOKENS")
+        .and_then(|l| l.split(',').map(str::trim).find(|t| !t.is_empty()).map(str::to_owned));
+    if let Some(t) = first_deliver.or_else(|| {
+        env.get("MOBILE_TOKEN")
+            .map(|t| t.trim().to_owned())
+            .filter(|t| !t.is_empty())
+    }) {
+        return Ok(t);
+    }
+    let dir = env
+        .get("MOBILE_STATE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| crate::config::default_state_dir(env));
+    std::fs::read_to_string(dir.join("token"))
+        .map(|t| t.trim().to_owned())
+        .map_err(|_| {
+            format!(
+                "no token: pass --token, or set MOBILE_DELIVER_TOKENS or MOBILE_TOKEN (none in {})",
+                dir.display()
+            )
+        })
+}
+
+fn kind_for(path: &std::path::Path) -> &'static str {
+    let mime = guess_mime(
+        &path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+    );
+    match mime.split('/').next() {
+        Some("image") if mime == "image/gif" => "animation",
+        Some("image") => "image",
+        Some("video") => "video",
+        Some("audio") => "voice",
+        _ => "document",
+    }
+}
+
+/// Runs `send`; returns the exit code.
+pub fn run(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        print!("{HELP}");
+        return EXIT_DELIVERED;
+    }
+    let args = match parse_args(args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("hermes-mobile send: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    match deliver(env, &args) {
+        Ok(device) => {
+            println!("delivered to {device}");
+            EXIT_DELIVERED
+        }
+        Err((code, message)) => {
+            eprintln!("hermes-mobile send: {message}");
+            code
+        }
+    }
+}
+
+fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, String)> {
+    let failed = |m: String| (EXIT_FAILED, m);
+    let token = match &a.token {
+        Some(t) => t.clone(),
+        None => default_token(env).map_err(|e| (EXIT_USAGE, e))?,
+    };
+    let mut deliver = json!({"t": "deliver", "target": a.to});
+    let id = a.id.clone().unwrap_or_else(|| {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!("send-{ms}-{}", std::process::id())
+    });
+    deliver["id"] = json!(id);
+    if let Some(text) = &a.text {
+        deliver["text"] = json!(text);
+    }
+    if let Some(path) = &a.file {
+        let data = std::fs::read(path).map_err(|e| (EXIT_USAGE, format!("cannot read {}: {e}", path.display())))?;
+        if data.len() > MAX_MEDIA_BYTES {
+            return Err((EXIT_REJECTED, format!("{} is over 8 MiB", path.display())));
+        }
+        let filename = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let kind = a.kind.clone().unwrap_or_else(|| kind_for(path).to_owned());
+        deliver["media"] = json!({
+            "kind": kind,
+            "filename": filename,
+            "mime": guess_mime(&filename),
+            "data": base64::engine::general_purpose::STANDARD.encode(&data),
+        });
+    }
+
+    let port = env.get("MOBILE_PORT").map(String::as_str).unwrap_or("8787");
+    let url = a.url.clone().unwrap_or_else(|| format!("ws://127.0.0.1:{port}/ws"));
+    let Some(rest) = url.strip_prefix("ws://") else {
+        return Err((
+            EXIT_USAGE,
+            format!("{url}: only ws:// URLs; run send on the gateway's machine"),
+        ));
+    };
+    let authority = rest.split('/').next().unwrap_or(rest);
+    let addr = authority
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| (EXIT_USAGE, format!("cannot resolve {authority}")))?;
+    let deadline = Instant::now() + a.timeout;
+    let stream =
+        TcpStream::connect_timeout(&addr, a.timeout).map_err(|e| failed(format!("cannot connect to {url}: {e}")))?;
+    let _ = stream.set_read_timeout(Some(a.timeout));
+    let _ = stream.set_write_timeout(Some(a.timeout));
+    let (mut ws, _) = tungstenite::client(url.as_str(), stream)
+        .map_err(|e| failed(format!("WebSocket handshake with {url} failed: {e}")))?;
+
+    let hello = json!({"t": "hello", "token": token, "device": {"id": a.device, "name": "hermes-mobile send"}});
+    let send = |ws: &mut tungstenite::WebSocket<TcpStream>, v: &Value| {
+        ws.send(Message::Text(v.to_string().into()))
+            .map_err(|e| failed(format!("send failed: {e}")))
+    };
+    send(&mut ws, &hello)?;
+    let mut sent = false;
+    loop {
+        if Instant::now() >= deadline {
+            return Err(failed("no answer from the gateway in time".into()));
+        }
+        let msg = ws.read().map_err(|e| failed(format!("connection ended: {e}")))?;
+        let Message::Text(text) = msg else { continue };
+        let Ok(frame) = serde_json::from_str::<Value>(text.as_str()) else {
+            continue;
+        };
+        match frame["t"].as_str() {
+            Some("ready") if !sent => {
+                send(&mut ws, &deliver)?;
+                sent = true;
+            }
+            Some("delivered") if frame["id"] == deliver["id"] => {
+                let _ = ws.close(None);
+                return Ok(frame["device"].as_str().unwrap_or("").to_owned());
+            }
+            Some("error") => {
+                let code = frame["code"].as_str().unwrap_or("error");
+                let message = frame["message"].as_str().unwrap_or("");
+                let exit = match code {
+                    "device_offline" => EXIT_OFFLINE,
+                    "auth_failed" | "forbidden" => EXIT_REFUSED,
+                    _ => EXIT_REJECTED,
+                };
+                let _ = ws.close(None);
+                return Err((exit, format!("{code}: {message}")));
+            }
+            _ => {}
+        }
+    }
+}

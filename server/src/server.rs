@@ -1,0 +1,583 @@
+//! The event loop: one thread, one `mio::Poll`, connections in a slab, a timer wheel, the
+//! core and the agent. It moves bytes between sockets and the core, reads the clock, fires
+//! timers, and does nothing a test of the core could not see.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+
+use hermes_mobile::{AgentEvent, ConnId, Gateway, Output, Peer, Time};
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token, Waker};
+use slab::Slab;
+
+use crate::agent::demo::DemoAgent;
+use crate::agent::Agent;
+use crate::config::{AgentKind, ServerConfig};
+use crate::conn::{Conn, Incoming, Phase};
+use crate::http::{self, Head, Route};
+use crate::signals;
+use crate::state::MediaStore;
+use crate::wheel::{Entry, TimerKind, Wheel};
+
+const LISTENER: Token = Token(usize::MAX - 1);
+const WAKER: Token = Token(usize::MAX - 2);
+const LINGER: Duration = Duration::from_secs(2);
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+pub struct Server {
+    poll: Poll,
+    listener: Option<TcpListener>,
+    local_addr: SocketAddr,
+    conns: Slab<Conn>,
+    next_generation: u32,
+    wheel: Wheel,
+    core: Gateway,
+    agent: Box<dyn Agent>,
+    origin: Instant,
+    config: ServerConfig,
+    media: MediaStore,
+    core_wake: Option<Instant>,
+    agent_wake: Option<Instant>,
+    /// Slab keys to free once the current batch of events is handled (mio may still report
+    /// a deregistered token in the same batch).
+    dead: Vec<usize>,
+    touched: Vec<usize>,
+    incoming: Vec<Incoming>,
+    due: Vec<Entry>,
+    shutdown_at: Option<Instant>,
+}
+
+fn conn_id(key: usize, generation: u32) -> ConnId {
+    ConnId((u64::from(generation) << 32) | key as u64)
+}
+
+fn split_id(id: ConnId) -> (usize, u32) {
+    ((id.0 & 0xffff_ffff) as usize, (id.0 >> 32) as u32)
+}
+
+impl Server {
+    /// Binds the listener. A port in use is an error for the caller to report.
+    pub fn bind(config: ServerConfig, seed: u64) -> io::Result<Server> {
+        let ip: std::net::IpAddr = config.host.parse().map_err(|_| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("MOBILE_HOST {:?} is not an IP address", config.host),
+            )
+        })?;
+        let mut listener = TcpListener::bind(SocketAddr::new(ip, config.port))?;
+        let local_addr = listener.local_addr()?;
+        let poll = Poll::new()?;
+        poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
+        signals::install(Waker::new(poll.registry(), WAKER)?);
+        let origin = Instant::now();
+        let mut core_config = config.core.clone();
+        core_config.seed = seed;
+        let agent: Box<dyn Agent> = match config.agent {
+            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step)),
+        };
+        Ok(Server {
+            poll,
+            listener: Some(listener),
+            local_addr,
+            conns: Slab::with_capacity(64),
+            next_generation: 1,
+            wheel: Wheel::new(origin, Duration::from_millis(10), 4096),
+            core: Gateway::new(core_config),
+            agent,
+            origin,
+            media: MediaStore::new(&config.state_dir),
+            config,
+            core_wake: None,
+            agent_wake: None,
+            dead: Vec::new(),
+            touched: Vec::new(),
+            incoming: Vec::new(),
+            due: Vec::new(),
+            shutdown_at: None,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    fn time(&self, at: Instant) -> Time {
+        Time::from_millis(u64::try_from(at.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX))
+    }
+
+    fn instant(&self, t: Time) -> Instant {
+        self.origin + Duration::from_millis(t.as_millis())
+    }
+
+    /// Runs until SIGINT/SIGTERM, then closes every connection with 1001 and returns.
+    pub fn run(&mut self) -> io::Result<()> {
+        let mut events = Events::with_capacity(256);
+        loop {
+            if signals::stop_requested() && self.shutdown_at.is_none() {
+                self.begin_shutdown(Instant::now());
+            }
+            if let Some(deadline) = self.shutdown_at {
+                if self.conns.is_empty() || Instant::now() >= deadline {
+                    log::info!("stopped");
+                    return Ok(());
+                }
+            }
+            let mut timeout = self
+                .wheel
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            if let Some(deadline) = self.shutdown_at {
+                let left = deadline.saturating_duration_since(Instant::now());
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
+            match self.poll.poll(&mut events, timeout) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            for event in events.iter() {
+                match event.token() {
+                    LISTENER => self.accept_all(now),
+                    WAKER => {}
+                    Token(key) => self.on_io(key, now),
+                }
+            }
+            self.fire_timers(now);
+            self.drive(now);
+            for key in self.dead.drain(..) {
+                if self.conns.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
+                    self.conns.remove(key);
+                }
+            }
+        }
+    }
+
+    fn accept_all(&mut self, now: Instant) {
+        loop {
+            let Some(listener) = &self.listener else { return };
+            match listener.accept() {
+                Ok((stream, peer)) => self.on_accept(stream, peer, now),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    // EMFILE and friends: the pending connection stays in the backlog; try again
+                    // shortly rather than spin or die.
+                    log::warn!("accept failed: {e}; retrying in 100 ms");
+                    self.wheel
+                        .insert(now + Duration::from_millis(100), TimerKind::AcceptRetry, 0, 0);
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_accept(&mut self, mut stream: TcpStream, peer: SocketAddr, now: Instant) {
+        if self.conns.len() >= self.config.max_connections {
+            log::warn!(
+                "refused {peer}: {} connections open (MOBILE_MAX_CONNECTIONS)",
+                self.conns.len()
+            );
+            let _ = stream.write(&http::response(
+                "503 Service Unavailable",
+                "text/plain",
+                "too many connections\n",
+                "",
+            ));
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE)
+        {
+            log::warn!("cannot register {peer}: {e}");
+            return;
+        }
+        entry.insert(Conn::new(stream, peer, generation, now));
+        // decisions H7: the request head and the upgrade are inside the hello timeout.
+        self.wheel.insert(
+            now + self.config.core.hello_timeout,
+            TimerKind::HttpHead,
+            key,
+            generation,
+        );
+        log::debug!("conn {key}: accepted from {peer}");
+        // Edge-triggered: the request may already be waiting.
+        self.on_io(key, now);
+    }
+
+    fn on_io(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.phase {
+            Phase::Http { .. } => self.on_http(key, now),
+            Phase::Respond { .. } => self.on_respond(key, now),
+            Phase::Ws(_) => self.on_ws(key, now),
+            Phase::Dead => {}
+        }
+    }
+
+    fn on_http(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.read_head() {
+            Ok(true) => {}
+            Ok(false) => return self.kill(key, "closed before the request was complete"),
+            Err(e) => return self.kill(key, &format!("read failed: {e}")),
+        }
+        let Phase::Http { head, .. } = &conn.phase else { return };
+        let Head::Complete { route, len, path } = http::parse(head) else {
+            return;
+        };
+        let leftover = head.get(len..).unwrap_or_default().to_vec();
+        let (out, upgrade) = match route {
+            Route::Upgrade { .. } if self.shutdown_at.is_some() => (
+                http::response("503 Service Unavailable", "text/plain", "shutting down\n", ""),
+                None,
+            ),
+            Route::Upgrade { response, forwarded } => (response, Some((leftover, forwarded))),
+            Route::Health => {
+                let stats = self.core.stats();
+                let body = serde_json::json!({
+                    "status": "ok",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "connections": stats.connections,
+                    "devices_online": stats.devices_online,
+                })
+                .to_string();
+                (
+                    http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n"),
+                    None,
+                )
+            }
+            Route::Reply(bytes) => (bytes, None),
+        };
+        let status = String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned();
+        log::debug!("conn {key}: GET {path} -> {}", status.trim_start_matches("HTTP/1.1 "));
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let phase = std::mem::replace(&mut conn.phase, Phase::Dead);
+        if let Phase::Http { stream, .. } = phase {
+            conn.phase = Phase::Respond {
+                stream,
+                out,
+                written: 0,
+                upgrade,
+            };
+        }
+        self.on_respond(key, now);
+    }
+
+    fn on_respond(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.write_response() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => return self.kill(key, &format!("write failed: {e}")),
+        }
+        let upgrade = match &mut conn.phase {
+            Phase::Respond { upgrade, .. } => upgrade.take(),
+            _ => None,
+        };
+        let Some((leftover, forwarded)) = upgrade else {
+            if let Some(stream) = conn.stream_mut() {
+                let _ = stream.shutdown(Shutdown::Write);
+            }
+            return self.kill(key, "http response sent");
+        };
+        conn.upgrade(leftover);
+        conn.in_core = true;
+        conn.last_rx = now;
+        let (generation, peer, accepted_at) = (conn.generation, conn.peer, conn.accepted_at);
+        let loopback = peer.ip().is_loopback()
+            || matches!(peer.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+        log::info!(
+            "conn {key}: {peer} opened a WebSocket{}",
+            if forwarded { " (via a proxy)" } else { "" }
+        );
+        // decisions H7: the hello timeout counts from accept, not from now.
+        let accepted = self.time(accepted_at);
+        self.core
+            .handle_open(accepted, conn_id(key, generation), Peer { loopback, forwarded });
+        self.wheel
+            .insert(now + self.config.keepalive, TimerKind::KeepAlive, key, generation);
+        // A client may have sent its first frames right behind the upgrade request.
+        self.on_ws(key, now);
+    }
+
+    fn on_ws(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut incoming = std::mem::take(&mut self.incoming);
+        let read = conn.read_ws(now, &mut incoming);
+        let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
+        let t = self.time(now);
+        for msg in incoming.drain(..) {
+            if !in_core {
+                continue;
+            }
+            match msg {
+                Incoming::Message(bytes) => self.core.handle_message(t, id, &bytes),
+                Incoming::TooBig => self.core.handle_frame_too_big(t, id),
+                // decisions G6: invalid UTF-8 is bad_frame; the core sees it as such.
+                Incoming::InvalidUtf8 => self.core.handle_message(t, id, &[0xff]),
+            }
+        }
+        self.incoming = incoming;
+        if let Err(reason) = read {
+            return self.kill(key, &reason);
+        }
+        self.touched.push(key);
+    }
+
+    /// Feeds core events to the agent and agent commands to the core until both are quiet,
+    /// then hands the frames to their connections.
+    fn drive(&mut self, now: Instant) {
+        let t = self.time(now);
+        loop {
+            let mut progress = false;
+            while let Some(out) = self.core.poll_output() {
+                progress = true;
+                self.on_output(out);
+            }
+            while let Some(event) = self.core.poll_event() {
+                progress = true;
+                self.store_media(&event);
+                self.agent.handle_event(t, event);
+            }
+            while let Some(command) = self.agent.poll_command() {
+                progress = true;
+                if let Err(e) = self.core.handle_agent(t, command) {
+                    log::warn!("agent command refused: {e}");
+                }
+            }
+            if !progress {
+                break;
+            }
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.sort_unstable();
+        touched.dedup();
+        for key in touched.drain(..) {
+            self.flush_conn(key, now);
+        }
+        self.touched = touched;
+        if let Some(at) = self.core.poll_timeout().map(|t| self.instant(t)) {
+            if self.core_wake.is_none_or(|w| at < w) {
+                self.core_wake = Some(at);
+                self.wheel.insert(at, TimerKind::Core, 0, 0);
+            }
+        }
+        if let Some(at) = self.agent.poll_timeout().map(|t| self.instant(t)) {
+            if self.agent_wake.is_none_or(|w| at < w) {
+                self.agent_wake = Some(at);
+                self.wheel.insert(at, TimerKind::Agent, 0, 0);
+            }
+        }
+    }
+
+    fn on_output(&mut self, out: Output) {
+        let id = match &out {
+            Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
+        };
+        let (key, generation) = split_id(id);
+        let Some(conn) = self.conns.get_mut(key).filter(|c| c.generation == generation) else {
+            return;
+        };
+        match out {
+            Output::Send { frame, .. } => conn.queue(frame),
+            Output::Close { code, reason, .. } => {
+                conn.in_core = false;
+                conn.reason = Some(reason.to_owned());
+                conn.close_after = Some((code, reason.to_owned()));
+            }
+            Output::Authenticated { device, service, .. } => {
+                log::info!(
+                    "conn {key}: hello as {device}{}",
+                    if service { " (service)" } else { "" }
+                );
+                conn.device = Some(device.0);
+            }
+        }
+        self.touched.push(key);
+    }
+
+    fn flush_conn(&mut self, key: usize, now: Instant) {
+        let limit = self.config.max_queue_bytes;
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if !matches!(conn.phase, Phase::Ws(_)) {
+            return;
+        }
+        let was_closing = conn.closing;
+        let result = conn.pump();
+        let too_slow = conn.outbox_bytes > limit;
+        let generation = conn.generation;
+        let now_closing = conn.closing && !was_closing;
+        if let Err(reason) = result {
+            return self.kill(key, &reason);
+        }
+        if too_slow {
+            return self.kill(key, "client too slow: frames not read");
+        }
+        if now_closing {
+            self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
+        }
+    }
+
+    fn store_media(&self, event: &AgentEvent) {
+        let AgentEvent::MessageReceived {
+            device,
+            file: Some(file),
+            ..
+        } = event
+        else {
+            return;
+        };
+        // Wall-clock time names the file only; no timer reads it.
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        match self.media.save(ms, device.as_str(), &file.filename, &file.data) {
+            Ok(path) => log::debug!("device {device}: saved {} bytes to {}", file.data.len(), path.display()),
+            Err(e) => log::warn!("device {device}: could not save an upload under the state directory: {e}"),
+        }
+    }
+
+    fn fire_timers(&mut self, now: Instant) {
+        let mut due = std::mem::take(&mut self.due);
+        self.wheel.expire(now, &mut due);
+        for entry in due.drain(..) {
+            self.on_timer(entry, now);
+        }
+        self.due = due;
+    }
+
+    fn on_timer(&mut self, entry: Entry, now: Instant) {
+        let t = self.time(now);
+        match entry.kind {
+            TimerKind::Core => {
+                self.core_wake = None;
+                self.core.handle_timeout(t);
+            }
+            TimerKind::Agent => {
+                self.agent_wake = None;
+                self.agent.handle_timeout(t);
+            }
+            TimerKind::AcceptRetry => self.accept_all(now),
+            kind => {
+                let Some(conn) = self
+                    .conns
+                    .get_mut(entry.key)
+                    .filter(|c| c.generation == entry.generation)
+                else {
+                    return; // lazily cancelled: the connection is gone
+                };
+                match kind {
+                    TimerKind::HttpHead if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. }) => {
+                        self.kill(entry.key, "no complete request within the hello timeout")
+                    }
+                    TimerKind::KeepAlive => self.keep_alive(entry.key, now),
+                    TimerKind::Linger if conn.closing => self.kill(entry.key, "close handshake timed out"),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// decisions K2: ping after `keepalive` of quiet; close 1001 after three times that.
+    fn keep_alive(&mut self, key: usize, now: Instant) {
+        let keepalive = self.config.keepalive;
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.closing || conn.close_after.is_some() {
+            return;
+        }
+        let quiet = now.saturating_duration_since(conn.last_rx);
+        let generation = conn.generation;
+        if quiet >= keepalive * 3 {
+            let id = conn_id(key, generation);
+            conn.reason = Some("silent too long".into());
+            conn.close_after = Some((1001, "idle".into()));
+            conn.in_core = false;
+            self.core.handle_close(self.time(now), id);
+            self.touched.push(key);
+            return;
+        }
+        if quiet >= keepalive && !conn.pinged {
+            conn.pinged = true;
+            if let Err(reason) = conn.ping() {
+                return self.kill(key, &reason);
+            }
+        }
+        let next = if quiet < keepalive {
+            conn.last_rx + keepalive
+        } else {
+            conn.last_rx + keepalive * 3
+        };
+        self.wheel.insert(
+            next.max(now + Duration::from_millis(10)),
+            TimerKind::KeepAlive,
+            key,
+            generation,
+        );
+    }
+
+    /// Ends a connection now. The slab entry is freed after the current batch.
+    fn kill(&mut self, key: usize, reason: &str) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if matches!(conn.phase, Phase::Dead) {
+            return;
+        }
+        let was_ws = matches!(conn.phase, Phase::Ws(_));
+        if let Some(stream) = conn.stream_mut() {
+            let _ = self.poll.registry().deregister(stream);
+        }
+        conn.phase = Phase::Dead;
+        conn.outbox.clear();
+        conn.outbox_bytes = 0;
+        let id = conn_id(key, conn.generation);
+        let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
+        if was_ws {
+            let who = conn.device.as_deref().unwrap_or("(no hello)");
+            log::info!("conn {key}: {} {who} closed: {reason}", conn.peer);
+        } else {
+            log::debug!("conn {key}: {reason}");
+        }
+        if conn.in_core {
+            conn.in_core = false;
+            let t = self.time(Instant::now());
+            self.core.handle_close(t, id);
+        }
+        self.dead.push(key);
+    }
+
+    fn begin_shutdown(&mut self, now: Instant) {
+        log::info!("shutting down: closing {} connections", self.conns.len());
+        self.shutdown_at = Some(now + SHUTDOWN_GRACE);
+        if let Some(mut listener) = self.listener.take() {
+            let _ = self.poll.registry().deregister(&mut listener);
+        }
+        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        let t = self.time(now);
+        for key in keys {
+            let Some(conn) = self.conns.get_mut(key) else { continue };
+            if !matches!(conn.phase, Phase::Ws(_)) {
+                self.kill(key, "shutting down");
+                continue;
+            }
+            if conn.in_core {
+                conn.in_core = false;
+                self.core.handle_close(t, conn_id(key, conn.generation));
+            }
+            conn.reason = Some("server shutting down".into());
+            if !conn.closing {
+                conn.close_after = Some((1001, "shutdown".into()));
+            }
+            self.touched.push(key);
+        }
+        self.drive(now);
+    }
+}

@@ -1,0 +1,155 @@
+//! The state directory: the generated token (decisions C3) and received media (U6).
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use hermes_mobile::mime::sanitize_filename;
+
+/// Random bytes from the operating system.
+pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
+    let mut buf = [0u8; N];
+    fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(buf)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn create_private_dir(dir: &Path) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+}
+
+/// Where a token came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenOrigin {
+    Configured,
+    Stored(PathBuf),
+    Created(PathBuf),
+}
+
+/// The token in the state directory, created (256 random bits, owner-only) if missing.
+pub fn stored_token(state_dir: &Path) -> Result<(String, TokenOrigin), String> {
+    let path = state_dir.join("token");
+    match fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok((t.trim().to_owned(), TokenOrigin::Stored(path))),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("cannot read the token at {}: {e}", path.display())),
+    }
+    let token = hex(&random_bytes::<32>().map_err(|e| format!("no random source: {e}"))?);
+    create_private_dir(state_dir)
+        .map_err(|e| format!("cannot create the state directory {}: {e}", state_dir.display()))?;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| format!("cannot write the token to {}: {e}", path.display()))?;
+    writeln!(file, "{token}").map_err(|e| format!("cannot write the token to {}: {e}", path.display()))?;
+    Ok((token, TokenOrigin::Created(path)))
+}
+
+/// Finished uploads on disk under `media/`, so agents that work with files can read them.
+/// Bounded: the oldest files go once there are more than `max_files` or `max_bytes`.
+#[derive(Debug)]
+pub struct MediaStore {
+    dir: PathBuf,
+    max_files: usize,
+    max_bytes: u64,
+}
+
+impl MediaStore {
+    pub fn new(state_dir: &Path) -> MediaStore {
+        MediaStore {
+            dir: state_dir.join("media"),
+            max_files: 200,
+            max_bytes: 256 * 1024 * 1024,
+        }
+    }
+
+    /// Writes a file as `<ms>-<device>-<sanitized name>`; returns its path.
+    pub fn save(&self, now_ms: u128, device: &str, filename: &str, data: &[u8]) -> io::Result<PathBuf> {
+        create_private_dir(&self.dir)?;
+        let name = format!("{now_ms}-{}-{}", sanitize_filename(device), sanitize_filename(filename));
+        let path = self.dir.join(name);
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(data)?;
+        self.prune()?;
+        Ok(path)
+    }
+
+    fn prune(&self) -> io::Result<()> {
+        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = fs::read_dir(&self.dir)?
+            .filter_map(Result::ok)
+            .filter_map(|e| {
+                let meta = e.metadata().ok()?;
+                let modified = meta.modified().ok()?;
+                meta.is_file().then(|| (modified, meta.len(), e.path()))
+            })
+            .collect();
+        files.sort();
+        let mut total: u64 = files.iter().map(|f| f.1).sum();
+        let mut count = files.len();
+        for (_, len, path) in files {
+            if count <= self.max_files && total <= self.max_bytes {
+                break;
+            }
+            fs::remove_file(&path)?;
+            total -= len;
+            count -= 1;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("hm-state-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn token_is_created_once_private_and_reused() {
+        // decisions C3
+        let dir = temp("token");
+        let (a, origin) = stored_token(&dir).unwrap();
+        assert!(matches!(origin, TokenOrigin::Created(_)));
+        assert_eq!(a.len(), 64, "256 bits in hex");
+        let mode = fs::metadata(dir.join("token")).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        let (b, origin) = stored_token(&dir).unwrap();
+        assert_eq!(a, b);
+        assert!(matches!(origin, TokenOrigin::Stored(_)));
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn media_names_are_sanitized_and_the_directory_is_bounded() {
+        // decisions U6
+        let dir = temp("media");
+        let mut store = MediaStore::new(&dir);
+        store.max_files = 3;
+        let p = store.save(1, "tel/1", "../../x.txt", b"hi").unwrap();
+        assert!(p.starts_with(dir.join("media")));
+        assert!(!p.file_name().unwrap().to_str().unwrap().contains('/'));
+        for i in 2..=6 {
+            store.save(i, "tel-1", "f.bin", b"x").unwrap();
+        }
+        assert_eq!(fs::read_dir(dir.join("media")).unwrap().count(), 3);
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
