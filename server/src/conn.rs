@@ -42,6 +42,9 @@ pub enum Phase {
         written: usize,
         upgrade: Option<(Vec<u8>, bool)>,
     },
+    /// A plain response is out and our side is shut: read and discard until the peer closes,
+    /// so unread request bytes do not turn the close into a reset that eats the response.
+    Drain(TcpStream),
     /// Speaking WebSocket.
     Ws(Box<WebSocket<TcpStream>>),
     /// Done: waiting to be freed after the current batch of events.
@@ -62,6 +65,9 @@ pub struct Conn {
     pub close_after: Option<(u16, String)>,
     /// Our close frame is out; waiting for the peer's.
     pub closing: bool,
+    /// tungstenite refused an oversized message (G7); after that its reader must not be used
+    /// again, so incoming bytes are discarded raw until the peer goes.
+    pub poisoned: bool,
     /// Whether the core knows this connection.
     pub in_core: bool,
     pub last_rx: Instant,
@@ -94,6 +100,7 @@ impl Conn {
             blocked: false,
             close_after: None,
             closing: false,
+            poisoned: false,
             in_core: false,
             last_rx: now,
             pinged: false,
@@ -104,7 +111,7 @@ impl Conn {
 
     pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
-            Phase::Http { stream, .. } | Phase::Respond { stream, .. } => Some(stream),
+            Phase::Http { stream, .. } | Phase::Respond { stream, .. } | Phase::Drain(stream) => Some(stream),
             Phase::Ws(ws) => Some(ws.get_mut()),
             Phase::Dead => None,
         }
@@ -151,6 +158,32 @@ impl Conn {
         Ok(true)
     }
 
+    /// After a plain response: shut our side and start draining.
+    pub fn start_drain(&mut self) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        if let Phase::Respond { stream, .. } = phase {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+            self.phase = Phase::Drain(stream);
+        }
+    }
+
+    /// Discards what the peer still sends. `false` once it has closed (or failed).
+    pub fn drain(&mut self) -> bool {
+        let Phase::Drain(stream) = &mut self.phase else {
+            return false;
+        };
+        let mut sink = [0u8; 2048];
+        loop {
+            match stream.read(&mut sink) {
+                Ok(0) => return false,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// Switches to WebSocket with the bytes already read past the head.
     pub fn upgrade(&mut self, leftover: Vec<u8>) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
@@ -163,6 +196,18 @@ impl Conn {
     /// Reads every whole message available. `Err` ends the connection (closed or broken).
     pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<(), String> {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        if self.poisoned {
+            let mut sink = [0u8; 4096];
+            loop {
+                match ws.get_mut().read(&mut sink) {
+                    Ok(0) => return Err("closed by peer".into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(format!("read failed: {e}")),
+                }
+            }
+        }
         loop {
             match ws.read() {
                 Ok(msg) => {
@@ -182,6 +227,7 @@ impl Conn {
                     return Err("closed by peer".into())
                 }
                 Err(tungstenite::Error::Capacity(_)) => {
+                    self.poisoned = true;
                     into.push(Incoming::TooBig);
                     return Ok(());
                 }
@@ -203,7 +249,13 @@ impl Conn {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
         if self.blocked {
             match ws.flush() {
-                Ok(()) => self.blocked = false,
+                Ok(()) => {
+                    self.blocked = false;
+                    if self.closing && self.poisoned {
+                        // No close reply can be read any more: end our side after the close frame.
+                        let _ = ws.get_mut().shutdown(std::net::Shutdown::Write);
+                    }
+                }
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) => return Err(format!("write failed: {e}")),
             }
@@ -229,7 +281,10 @@ impl Conn {
                 code: CloseCode::from(code),
                 reason: reason.into(),
             };
-            match ws.close(Some(frame)) {
+            match ws.close(Some(frame)).and_then(|()| ws.flush()) {
+                Ok(()) if self.poisoned => {
+                    let _ = ws.get_mut().shutdown(std::net::Shutdown::Write);
+                }
                 Ok(()) => {}
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => self.blocked = true,
                 Err(_) => return Err("closed".into()),

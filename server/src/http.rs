@@ -58,7 +58,14 @@ pub fn parse(buf: &[u8]) -> Head {
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut req = httparse::Request::new(&mut headers);
     let len = match req.parse(buf) {
-        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Complete(len)) if len <= MAX_HEAD_BYTES => len,
+        Ok(httparse::Status::Complete(_)) => {
+            return complete(
+                Route::Reply(text("431 Request Header Fields Too Large", "request head too large")),
+                0,
+                "",
+            )
+        }
         Ok(httparse::Status::Partial) if buf.len() >= MAX_HEAD_BYTES => {
             return complete(
                 Route::Reply(text("431 Request Header Fields Too Large", "request head too large")),

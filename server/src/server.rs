@@ -220,6 +220,11 @@ impl Server {
             Phase::Http { .. } => self.on_http(key, now),
             Phase::Respond { .. } => self.on_respond(key, now),
             Phase::Ws(_) => self.on_ws(key, now),
+            Phase::Drain(_) => {
+                if !conn.drain() {
+                    self.kill(key, "http response sent");
+                }
+            }
             Phase::Dead => {}
         }
     }
@@ -285,10 +290,10 @@ impl Server {
             _ => None,
         };
         let Some((leftover, forwarded)) = upgrade else {
-            if let Some(stream) = conn.stream_mut() {
-                let _ = stream.shutdown(Shutdown::Write);
-            }
-            return self.kill(key, "http response sent");
+            conn.start_drain();
+            let generation = conn.generation;
+            self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
+            return self.on_io(key, now);
         };
         conn.upgrade(leftover);
         conn.in_core = true;
@@ -477,11 +482,16 @@ impl Server {
                     return; // lazily cancelled: the connection is gone
                 };
                 match kind {
-                    TimerKind::HttpHead if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. }) => {
+                    TimerKind::HttpHead
+                        if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)) =>
+                    {
                         self.kill(entry.key, "no complete request within the hello timeout")
                     }
                     TimerKind::KeepAlive => self.keep_alive(entry.key, now),
                     TimerKind::Linger if conn.closing => self.kill(entry.key, "close handshake timed out"),
+                    TimerKind::Linger if matches!(conn.phase, Phase::Drain(_)) => {
+                        self.kill(entry.key, "http response sent")
+                    }
                     _ => {}
                 }
             }

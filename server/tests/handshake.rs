@@ -15,7 +15,9 @@ fn hello_gets_ready() {
         (ready["t"].as_str(), ready["session"].as_str(), ready["v"].as_u64()),
         (Some("ready"), Some("mobile:tel-1"), Some(1))
     );
-    assert!(server.log_text().contains("hello as tel-1"));
+    wait_until("the hello log line", Duration::from_secs(5), || {
+        server.log_text().contains("hello as tel-1")
+    });
 }
 
 #[test]
