@@ -46,6 +46,8 @@ pub struct Server {
     incoming: Vec<Incoming>,
     due: Vec<Entry>,
     shutdown_at: Option<Instant>,
+    /// accept() is failing for lack of resources: warn once per streak, not every retry.
+    accept_failing: bool,
 }
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
@@ -95,6 +97,7 @@ impl Server {
             incoming: Vec::new(),
             due: Vec::new(),
             shutdown_at: None,
+            accept_failing: false,
         })
     }
 
@@ -158,13 +161,19 @@ impl Server {
         loop {
             let Some(listener) = &self.listener else { return };
             match listener.accept() {
-                Ok((stream, peer)) => self.on_accept(stream, peer, now),
+                Ok((stream, peer)) => {
+                    self.accept_failing = false;
+                    self.on_accept(stream, peer, now)
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::ConnectionAborted => {}
                 Err(e) => {
                     // EMFILE and friends: the pending connection stays in the backlog; try again
                     // shortly rather than spin or die.
-                    log::warn!("accept failed: {e}; retrying in 100 ms");
+                    if !self.accept_failing {
+                        log::warn!("accept failed: {e}; retrying every 100 ms until it works");
+                    }
+                    self.accept_failing = true;
                     self.wheel
                         .insert(now + Duration::from_millis(100), TimerKind::AcceptRetry, 0, 0);
                     return;

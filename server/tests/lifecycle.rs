@@ -137,3 +137,31 @@ fn generated_token_is_kept_and_printed_once() {
     assert_eq!(c.recv()["t"], "ready");
     assert!(!server.log_text().contains(&first), "stored tokens are not logged");
 }
+
+#[test]
+fn running_out_of_file_descriptors_is_survived() {
+    // accept() failing with EMFILE must not stop the server.
+    let dir = std::env::temp_dir().join(format!("hm-test-emfile-{}", std::process::id()));
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c")
+        .arg(format!("ulimit -n 32 && exec {}", binary()))
+        .env_clear()
+        .env("MOBILE_TOKEN", TOKEN)
+        .env("MOBILE_STATE_DIR", &dir)
+        .env("MOBILE_PORT", "0")
+        .env("MOBILE_HOST", "127.0.0.1");
+    let server = Server::spawn(cmd, dir);
+    let mut held = Vec::new();
+    for _ in 0..40 {
+        if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", server.port)) {
+            held.push(s);
+        }
+    }
+    wait_until("accept to fail", Duration::from_secs(5), || {
+        server.log_text().contains("accept failed")
+    });
+    drop(held);
+    let mut c = Client::hello(&server, "tel-1");
+    c.send(json!({"t":"ping","ts":1}));
+    assert_eq!(c.recv()["t"], "pong");
+}
