@@ -1,0 +1,155 @@
+//! The whole gateway on arbitrary sequences of connects, frames, timeouts, agent commands
+//! and disconnects across several connections: no panic, nothing sent to a connection after
+//! it closed, and accounting that drains to zero when everyone leaves.
+#![no_main]
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use arbitrary::Arbitrary;
+use hermes_mobile::{
+    AgentCommand, Config, ConnId, DeviceId, Gateway, MessageId, Output, Peer, PromptId, PromptRequest, Time,
+};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Arbitrary, Debug)]
+enum Op {
+    Open { loopback: bool, forwarded: bool },
+    Hello { conn: u8, device: u8, token: u8 },
+    Frame { conn: u8, bytes: Vec<u8> },
+    Known { conn: u8, which: u8, x: u8 },
+    TooBig { conn: u8 },
+    Close { conn: u8 },
+    Advance { ms: u32 },
+    Reply { device: u8, message: u8, done: bool, len: u16 },
+    Card { device: u8, prompt: u8, ttl: u8 },
+    EndTurn { device: u8 },
+    Avatar { device: u8, state: u8 },
+}
+
+const TOKENS: [&str; 3] = ["app-token", "bound-token", "cron-token"];
+
+fn known(which: u8, x: u8) -> String {
+    let id = format!("i{}", x % 6);
+    match which % 9 {
+        0 => format!(r#"{{"t":"text","id":"{id}","text":"hi {x}"}}"#),
+        1 => format!(r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#, x % 3),
+        2 => format!(r#"{{"t":"prompt","prompt_id":"p{}","option_id":"once"}}"#, x % 4),
+        3 => format!(r#"{{"t":"prompt","prompt_id":"p{}","text":"free"}}"#, x % 4),
+        4 => format!(r#"{{"t":"deliver","id":"{id}","target":"tel-{}","text":"x"}}"#, x % 3),
+        5 => format!(r#"{{"t":"audio","id":"{id}","format":"wav","data":"UklGRg=="}}"#),
+        6 => format!(r#"{{"t":"ping","ts":{x}}}"#),
+        7 => r#"{"t":"typing"}"#.to_owned(),
+        _ => format!(r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}}}}"#, x % 3),
+    }
+}
+
+fuzz_target!(|ops: Vec<Op>| {
+    let mut config = Config::new(TOKENS[0]);
+    config.extra_tokens = vec![("tel-1".into(), TOKENS[1].into())];
+    config.deliver_tokens = vec![TOKENS[2].into()];
+    let mut gw = Gateway::new(config);
+    let mut now = Time::ZERO;
+    let mut conns: Vec<ConnId> = Vec::new();
+    let mut closed: HashSet<ConnId> = HashSet::new();
+    let mut next = 0u64;
+    let pick = |conns: &[ConnId], i: u8| conns.get(usize::from(i) % conns.len().max(1)).copied();
+
+    for op in ops.iter().take(200) {
+        match op {
+            Op::Open { loopback, forwarded } => {
+                next += 1;
+                let c = ConnId(next);
+                gw.handle_open(now, c, Peer { loopback: *loopback, forwarded: *forwarded });
+                conns.push(c);
+            }
+            Op::Hello { conn, device, token } => {
+                if let Some(c) = pick(&conns, *conn) {
+                    let frame = format!(
+                        r#"{{"t":"hello","token":"{}","device":{{"id":"tel-{}"}}}}"#,
+                        TOKENS[usize::from(*token) % 3],
+                        device % 3
+                    );
+                    gw.handle_message(now, c, frame.as_bytes());
+                }
+            }
+            Op::Frame { conn, bytes } => {
+                if let Some(c) = pick(&conns, *conn) {
+                    gw.handle_message(now, c, bytes);
+                }
+            }
+            Op::Known { conn, which, x } => {
+                if let Some(c) = pick(&conns, *conn) {
+                    gw.handle_message(now, c, known(*which, *x).as_bytes());
+                }
+            }
+            Op::TooBig { conn } => {
+                if let Some(c) = pick(&conns, *conn) {
+                    gw.handle_frame_too_big(now, c);
+                }
+            }
+            Op::Close { conn } => {
+                if let Some(c) = pick(&conns, *conn) {
+                    gw.handle_close(now, c);
+                    closed.insert(c);
+                }
+            }
+            Op::Advance { ms } => {
+                now = now + Duration::from_millis(u64::from(*ms % 400_000));
+                gw.handle_timeout(now);
+            }
+            Op::Reply { device, message, done, len } => {
+                let _ = gw.handle_agent(
+                    now,
+                    AgentCommand::Reply {
+                        device: DeviceId(format!("tel-{}", device % 3)),
+                        message: MessageId(format!("m{}", message % 4)),
+                        text: "w ".repeat(usize::from(*len % 5000)),
+                        done: *done,
+                    },
+                );
+            }
+            Op::Card { device, prompt, ttl } => {
+                let _ = gw.handle_agent(
+                    now,
+                    AgentCommand::OpenPrompt {
+                        device: DeviceId(format!("tel-{}", device % 3)),
+                        prompt: PromptId(format!("p{}", prompt % 4)),
+                        request: PromptRequest::Clarify { question: "?".into(), choices: vec!["a".into()] },
+                        ttl_secs: Some(u64::from(*ttl)),
+                    },
+                );
+            }
+            Op::EndTurn { device } => {
+                let _ = gw.handle_agent(now, AgentCommand::EndTurn { device: DeviceId(format!("tel-{}", device % 3)) });
+            }
+            Op::Avatar { device, state } => {
+                let state = ["idle", "thinking", "speaking", "weird"][usize::from(*state % 4)].to_owned();
+                let _ = gw.handle_agent(now, AgentCommand::Avatar { device: DeviceId(format!("tel-{}", device % 3)), state });
+            }
+        }
+        while let Some(out) = gw.poll_output() {
+            match out {
+                Output::Send { conn, frame } => {
+                    assert!(!closed.contains(&conn), "frame to a closed connection");
+                    assert!(serde_json::from_str::<serde_json::Value>(&frame).is_ok());
+                }
+                Output::Close { conn, .. } => {
+                    assert!(closed.insert(conn), "closed twice");
+                }
+                Output::Authenticated { conn, .. } => assert!(!closed.contains(&conn)),
+            }
+        }
+        while gw.poll_event().is_some() {}
+        let stats = gw.stats();
+        assert!(stats.upload_bytes <= stats.connections * 8 * 1024 * 1024);
+        assert!(stats.authenticated <= stats.connections);
+    }
+    for c in conns {
+        gw.handle_close(now, c);
+    }
+    gw.handle_timeout(now + Duration::from_secs(7200));
+    while gw.poll_output().is_some() {}
+    let stats = gw.stats();
+    assert_eq!((stats.connections, stats.upload_bytes, stats.held_bytes, stats.open_prompts), (0, 0, 0, 0));
+});
