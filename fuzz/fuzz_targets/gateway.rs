@@ -14,17 +14,51 @@ use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Open { loopback: bool, forwarded: bool },
-    Hello { conn: u8, device: u8, token: u8 },
-    Frame { conn: u8, bytes: Vec<u8> },
-    Known { conn: u8, which: u8, x: u8 },
-    TooBig { conn: u8 },
-    Close { conn: u8 },
-    Advance { ms: u32 },
-    Reply { device: u8, message: u8, done: bool, len: u16 },
-    Card { device: u8, prompt: u8, ttl: u8 },
-    EndTurn { device: u8 },
-    Avatar { device: u8, state: u8 },
+    Open {
+        loopback: bool,
+        forwarded: bool,
+    },
+    Hello {
+        conn: u8,
+        device: u8,
+        token: u8,
+    },
+    Frame {
+        conn: u8,
+        bytes: Vec<u8>,
+    },
+    Known {
+        conn: u8,
+        which: u8,
+        x: u8,
+    },
+    TooBig {
+        conn: u8,
+    },
+    Close {
+        conn: u8,
+    },
+    Advance {
+        ms: u32,
+    },
+    Reply {
+        device: u8,
+        message: u8,
+        done: bool,
+        len: u16,
+    },
+    Card {
+        device: u8,
+        prompt: u8,
+        ttl: u8,
+    },
+    EndTurn {
+        device: u8,
+    },
+    Avatar {
+        device: u8,
+        state: u8,
+    },
 }
 
 const TOKENS: [&str; 3] = ["app-token", "bound-token", "cron-token"];
@@ -33,14 +67,20 @@ fn known(which: u8, x: u8) -> String {
     let id = format!("i{}", x % 6);
     match which % 9 {
         0 => format!(r#"{{"t":"text","id":"{id}","text":"hi {x}"}}"#),
-        1 => format!(r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#, x % 3),
+        1 => format!(
+            r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#,
+            x % 3
+        ),
         2 => format!(r#"{{"t":"prompt","prompt_id":"p{}","option_id":"once"}}"#, x % 4),
         3 => format!(r#"{{"t":"prompt","prompt_id":"p{}","text":"free"}}"#, x % 4),
         4 => format!(r#"{{"t":"deliver","id":"{id}","target":"tel-{}","text":"x"}}"#, x % 3),
         5 => format!(r#"{{"t":"audio","id":"{id}","format":"wav","data":"UklGRg=="}}"#),
         6 => format!(r#"{{"t":"ping","ts":{x}}}"#),
         7 => r#"{"t":"typing"}"#.to_owned(),
-        _ => format!(r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}}}}"#, x % 3),
+        _ => format!(
+            r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}}}}"#,
+            x % 3
+        ),
     }
 }
 
@@ -60,7 +100,14 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Open { loopback, forwarded } => {
                 next += 1;
                 let c = ConnId(next);
-                gw.handle_open(now, c, Peer { loopback: *loopback, forwarded: *forwarded });
+                gw.handle_open(
+                    now,
+                    c,
+                    Peer {
+                        loopback: *loopback,
+                        forwarded: *forwarded,
+                    },
+                );
                 conns.push(c);
             }
             Op::Hello { conn, device, token } => {
@@ -98,7 +145,12 @@ fuzz_target!(|ops: Vec<Op>| {
                 now = now + Duration::from_millis(u64::from(*ms % 400_000));
                 gw.handle_timeout(now);
             }
-            Op::Reply { device, message, done, len } => {
+            Op::Reply {
+                device,
+                message,
+                done,
+                len,
+            } => {
                 let _ = gw.handle_agent(
                     now,
                     AgentCommand::Reply {
@@ -115,17 +167,31 @@ fuzz_target!(|ops: Vec<Op>| {
                     AgentCommand::OpenPrompt {
                         device: DeviceId(format!("tel-{}", device % 3)),
                         prompt: PromptId(format!("p{}", prompt % 4)),
-                        request: PromptRequest::Clarify { question: "?".into(), choices: vec!["a".into()] },
+                        request: PromptRequest::Clarify {
+                            question: "?".into(),
+                            choices: vec!["a".into()],
+                        },
                         ttl_secs: Some(u64::from(*ttl)),
                     },
                 );
             }
             Op::EndTurn { device } => {
-                let _ = gw.handle_agent(now, AgentCommand::EndTurn { device: DeviceId(format!("tel-{}", device % 3)) });
+                let _ = gw.handle_agent(
+                    now,
+                    AgentCommand::EndTurn {
+                        device: DeviceId(format!("tel-{}", device % 3)),
+                    },
+                );
             }
             Op::Avatar { device, state } => {
                 let state = ["idle", "thinking", "speaking", "weird"][usize::from(*state % 4)].to_owned();
-                let _ = gw.handle_agent(now, AgentCommand::Avatar { device: DeviceId(format!("tel-{}", device % 3)), state });
+                let _ = gw.handle_agent(
+                    now,
+                    AgentCommand::Avatar {
+                        device: DeviceId(format!("tel-{}", device % 3)),
+                        state,
+                    },
+                );
             }
         }
         while let Some(out) = gw.poll_output() {
@@ -151,5 +217,13 @@ fuzz_target!(|ops: Vec<Op>| {
     gw.handle_timeout(now + Duration::from_secs(7200));
     while gw.poll_output().is_some() {}
     let stats = gw.stats();
-    assert_eq!((stats.connections, stats.upload_bytes, stats.held_bytes, stats.open_prompts), (0, 0, 0, 0));
+    assert_eq!(
+        (
+            stats.connections,
+            stats.upload_bytes,
+            stats.held_bytes,
+            stats.open_prompts
+        ),
+        (0, 0, 0, 0)
+    );
 });

@@ -61,7 +61,9 @@ fuzz_target!(|chunks: Vec<Chunk>| {
             Ok(ChunkOutcome::Completed(file)) => {
                 let mut entry = model.remove(&id).unwrap_or_else(|| (parts, HashMap::new()));
                 entry.1.entry(part).or_insert(data);
-                let expected: Vec<u8> = (0..entry.0).flat_map(|p| entry.1.remove(&p).expect("every part")).collect();
+                let expected: Vec<u8> = (0..entry.0)
+                    .flat_map(|p| entry.1.remove(&p).expect("every part"))
+                    .collect();
                 assert_eq!(file.data, expected);
             }
             Err(_) => {
