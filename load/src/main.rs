@@ -115,6 +115,14 @@ fn main() {
     }
 }
 
+/// Distinguishes this run's message ids from earlier runs' (the gateway drops repeats, I2).
+fn run_id() -> String {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    format!("{:x}{:x}", t, std::process::id())
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -143,6 +151,7 @@ fn turns(o: &Opts, echo: bool) {
         .enumerate()
         .map(|(i, mut c)| {
             let (done, latencies, limit) = (Arc::clone(&done), Arc::clone(&latencies), o.messages);
+            let run = run_id();
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
                 let mut n = 0u64;
@@ -152,7 +161,7 @@ fn turns(o: &Opts, echo: bool) {
                     let ok = if echo {
                         c.echo(&format!("load {i} {n}"))
                     } else {
-                        c.turn(&format!("m{i}-{n}"), "load test")
+                        c.turn(&format!("{run}-{i}-{n}"), "load test")
                     };
                     if ok.is_err() {
                         break;
@@ -228,9 +237,10 @@ fn upload(o: &Opts) {
     let mut c = Client::connect(&o.url).expect("connect");
     c.hello(&o.token, "upload-0").expect("hello");
     let data: Vec<u8> = (0..o.size).map(|i| (i % 253) as u8).collect();
+    let run = run_id();
     let start = Instant::now();
     for n in 0..o.count {
-        c.upload(&format!("u{n}"), &data, o.chunk.max(1)).expect("upload");
+        c.upload(&format!("{run}-{n}"), &data, o.chunk.max(1)).expect("upload");
     }
     let secs = start.elapsed().as_secs_f64();
     let mb = (o.size * o.count) as f64 / 1e6;
@@ -253,6 +263,7 @@ fn soak(o: &Opts) {
     let threads: Vec<_> = (0..o.clients)
         .map(|i| {
             let (url, token, count) = (o.url.clone(), o.token.clone(), Arc::clone(&count));
+            let run = run_id();
             std::thread::spawn(move || {
                 let mut c = Client::connect(&url).expect("connect");
                 c.hello(&token, &format!("soak-{i}")).expect("hello");
@@ -260,7 +271,7 @@ fn soak(o: &Opts) {
                 let mut n = 0u64;
                 while Instant::now() < stop {
                     n += 1;
-                    if c.turn(&format!("s{i}-{n}"), "soak").is_err() {
+                    if c.turn(&format!("{run}-{i}-{n}"), "soak").is_err() {
                         break;
                     }
                     count.fetch_add(1, Ordering::Relaxed);

@@ -17,16 +17,20 @@ use tungstenite::{Message, WebSocket};
 
 use crate::http::MAX_HEAD_BYTES;
 
+/// Bytes of small frames gathered before tungstenite writes them out.
+const WRITE_BATCH: usize = 16 * 1024;
+
 /// The tungstenite settings for a Raspberry Pi (decisions G7, style.md).
 pub fn ws_config() -> WebSocketConfig {
     let max = hermes_mobile::limits::MAX_FRAME_BYTES;
     WebSocketConfig::default()
         // Small: most frames are a few hundred bytes; big ones grow the buffer as they come.
         .read_buffer_size(4 * 1024)
-        // Write each frame at once; the outbox does the buffering.
-        .write_buffer_size(0)
-        // One frame at most sits in tungstenite (the largest is a ~4 MiB media chunk).
-        .max_write_buffer_size(max + 64 * 1024)
+        // Frames of one turn are gathered and written with one syscall at the end of the
+        // batch (`pump` flushes); past this much, tungstenite writes as it goes.
+        .write_buffer_size(WRITE_BATCH)
+        // At most a batch and one frame sit in tungstenite (the largest is a ~4 MiB chunk).
+        .max_write_buffer_size(max + WRITE_BATCH + 64 * 1024)
         // Refused before buffered whole (G7).
         .max_message_size(Some(max))
         .max_frame_size(Some(max))
@@ -260,11 +264,13 @@ impl Conn {
                 Err(e) => return Err(format!("write failed: {e}")),
             }
         }
+        let mut wrote = false;
         while let Some(frame) = self.outbox.pop_front() {
             self.outbox_bytes -= frame.len();
             if self.closing {
                 continue;
             }
+            wrote = true;
             match ws.write(Message::Text(frame.into())) {
                 Ok(()) => {}
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -272,6 +278,17 @@ impl Conn {
                     return Ok(());
                 }
                 Err(tungstenite::Error::WriteBufferFull(_)) => return Err("client too slow".into()),
+                Err(e) => return Err(format!("write failed: {e}")),
+            }
+        }
+        if wrote {
+            // One write for everything gathered in this batch.
+            match ws.flush() {
+                Ok(()) => {}
+                Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return Ok(());
+                }
                 Err(e) => return Err(format!("write failed: {e}")),
             }
         }

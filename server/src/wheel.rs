@@ -42,6 +42,9 @@ pub struct Wheel {
     /// The next tick not yet processed.
     current: u64,
     len: usize,
+    /// The earliest entry's tick, while known: inserts lower it, and it is forgotten only
+    /// when that tick has been processed, so most calls to `next_deadline` scan nothing.
+    earliest: Option<u64>,
 }
 
 impl Wheel {
@@ -52,6 +55,7 @@ impl Wheel {
             slots: (0..slots.max(1)).map(|_| Vec::new()).collect(),
             current: 0,
             len: 0,
+            earliest: None,
         }
     }
 
@@ -76,6 +80,9 @@ impl Wheel {
             tick,
         });
         self.len += 1;
+        if self.len == 1 || self.earliest.is_some() {
+            self.earliest = Some(self.earliest.map_or(tick, |e| e.min(tick)));
+        }
     }
 
     /// Removes every entry due at `now` into `due`.
@@ -105,12 +112,19 @@ impl Wheel {
             self.len -= before - slot.len();
         }
         self.current = now_tick + 1;
+        if self.earliest.is_some_and(|e| e <= now_tick) {
+            self.earliest = None;
+        }
     }
 
-    /// When the next entry is due, if any. Scans at most one turn of the wheel.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    /// When the next entry is due, if any. Scans at most one turn of the wheel, and only
+    /// when the earliest entry is not already known.
+    pub fn next_deadline(&mut self) -> Option<Instant> {
         if self.len == 0 {
             return None;
+        }
+        if let Some(tick) = self.earliest {
+            return Some(self.instant_of(tick));
         }
         let n = self.slots.len() as u64;
         let mut best: Option<u64> = None;
@@ -125,6 +139,7 @@ impl Wheel {
                 }
             }
         }
+        self.earliest = best;
         best.map(|t| self.instant_of(t))
     }
 
@@ -167,5 +182,22 @@ mod tests {
         due.clear();
         w.expire(t0 + Duration::from_millis(1000), &mut due);
         assert_eq!((due[0].key, due[0].generation), (7, 3));
+    }
+
+    #[test]
+    fn the_cached_earliest_follows_inserts_and_expiry() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut w = Wheel::new(t0, Duration::from_millis(10), 16);
+        w.insert(ms(500), TimerKind::Core, 1, 0);
+        assert_eq!(w.next_deadline(), Some(ms(500)));
+        w.insert(ms(200), TimerKind::Core, 2, 0);
+        assert_eq!(w.next_deadline(), Some(ms(200)));
+        let mut due = Vec::new();
+        w.expire(ms(250), &mut due);
+        assert_eq!(due.len(), 1);
+        assert_eq!(w.next_deadline(), Some(ms(500)), "rescanned after the earliest fired");
+        w.insert(ms(300), TimerKind::Core, 3, 0);
+        assert_eq!(w.next_deadline(), Some(ms(300)));
     }
 }

@@ -10,7 +10,7 @@ mod inbound;
 mod outbound;
 mod timers;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use crate::agent::{AgentEvent, UserInfo};
 use crate::auth::Role;
@@ -117,6 +117,30 @@ const MAX_STREAMS_PER_DEVICE: usize = 64;
 /// Recently finished reply ids remembered per device, to refuse edits after `done` (M2).
 const FINISHED_MEMORY: usize = 256;
 
+/// The last `FINISHED_MEMORY` finished reply ids: a set to ask, a queue to forget in order.
+#[derive(Debug, Default)]
+struct RecentIds {
+    order: VecDeque<MessageId>,
+    set: HashSet<MessageId>,
+}
+
+impl RecentIds {
+    fn contains(&self, id: &MessageId) -> bool {
+        self.set.contains(id)
+    }
+
+    fn push(&mut self, id: MessageId) {
+        if self.order.len() >= FINISHED_MEMORY {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        if self.set.insert(id.clone()) {
+            self.order.push_back(id);
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Device {
     conn: Option<ConnId>,
@@ -126,7 +150,7 @@ struct Device {
     idle_at: Option<Time>,
     idle_slot: Option<Time>,
     streams: HashMap<MessageId, bool>,
-    finished: VecDeque<MessageId>,
+    finished: RecentIds,
     hold: Hold,
     hold_slot: Option<Time>,
 }
@@ -141,7 +165,7 @@ impl Device {
             idle_at: None,
             idle_slot: None,
             streams: HashMap::new(),
-            finished: VecDeque::new(),
+            finished: RecentIds::default(),
             hold: Hold::default(),
             hold_slot: None,
         }

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::timers::{claim, TimerKey};
-use super::{AvatarState, Device, Gateway, FINISHED_MEMORY, MAX_STREAMS_PER_DEVICE};
+use super::{AvatarState, Device, Gateway, MAX_STREAMS_PER_DEVICE};
 use crate::agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile};
 use crate::chunking::split_reply;
 use crate::hold::Held;
@@ -112,10 +112,7 @@ impl Gateway {
         let d = self.devices.get_mut(&device).expect("the device was created above");
         if done {
             d.streams.remove(&message);
-            if d.finished.len() >= FINISHED_MEMORY {
-                d.finished.pop_front();
-            }
-            d.finished.push_back(message);
+            d.finished.push(message);
         } else {
             d.streams.insert(message, phone_saw || d.conn.is_some());
         }
