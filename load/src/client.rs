@@ -73,6 +73,11 @@ impl Client {
     /// One protocol turn: a text in, frames until the final message frame.
     pub fn turn(&mut self, id: &str, text: &str) -> io::Result<()> {
         self.send(&json!({"t":"text","id":id,"text":text}))?;
+        self.until_final_message()
+    }
+
+    /// Reads until the agent's reply is complete; an `error` frame ends the wait.
+    fn until_final_message(&mut self) -> io::Result<()> {
         loop {
             let f = self.recv()?;
             if f["t"] == "message" && f["final"] == true {
@@ -101,15 +106,7 @@ impl Client {
             let b64 = base64::engine::general_purpose::STANDARD.encode(piece);
             self.send(&json!({"t":"media","id":id,"kind":"document","filename":"load.bin","part":part,"parts":parts,"data":b64}))?;
         }
-        loop {
-            let f = self.recv()?;
-            if f["t"] == "message" && f["final"] == true {
-                return Ok(());
-            }
-            if f["t"] == "error" {
-                return Err(err(f));
-            }
-        }
+        self.until_final_message()
     }
 }
 

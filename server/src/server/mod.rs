@@ -20,6 +20,8 @@ use crate::signals;
 use crate::state::MediaStore;
 use crate::wheel::{Entry, TimerKind, Wheel};
 
+mod timers;
+
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const LINGER: Duration = Duration::from_secs(2);
@@ -461,89 +463,6 @@ impl Server {
         }
     }
 
-    fn fire_timers(&mut self, now: Instant) {
-        let mut due = std::mem::take(&mut self.due);
-        self.wheel.expire(now, &mut due);
-        for entry in due.drain(..) {
-            self.on_timer(entry, now);
-        }
-        self.due = due;
-    }
-
-    fn on_timer(&mut self, entry: Entry, now: Instant) {
-        let t = self.time(now);
-        match entry.kind {
-            TimerKind::Core => {
-                self.core_wake = None;
-                self.core.handle_timeout(t);
-            }
-            TimerKind::Agent => {
-                self.agent_wake = None;
-                self.agent.handle_timeout(t);
-            }
-            TimerKind::AcceptRetry => self.accept_all(now),
-            kind => {
-                let Some(conn) = self
-                    .conns
-                    .get_mut(entry.key)
-                    .filter(|c| c.generation == entry.generation)
-                else {
-                    return; // lazily cancelled: the connection is gone
-                };
-                match kind {
-                    TimerKind::HttpHead
-                        if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)) =>
-                    {
-                        self.kill(entry.key, "no complete request within the hello timeout")
-                    }
-                    TimerKind::KeepAlive => self.keep_alive(entry.key, now),
-                    TimerKind::Linger if conn.closing => self.kill(entry.key, "close handshake timed out"),
-                    TimerKind::Linger if matches!(conn.phase, Phase::Drain(_)) => {
-                        self.kill(entry.key, "http response sent")
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    /// decisions K2: ping after `keepalive` of quiet; close 1001 after three times that.
-    fn keep_alive(&mut self, key: usize, now: Instant) {
-        let keepalive = self.config.keepalive;
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        if conn.closing || conn.close_after.is_some() {
-            return;
-        }
-        let quiet = now.saturating_duration_since(conn.last_rx);
-        let generation = conn.generation;
-        if quiet >= keepalive * 3 {
-            let id = conn_id(key, generation);
-            conn.reason = Some("silent too long".into());
-            conn.close_after = Some((1001, "idle".into()));
-            conn.in_core = false;
-            self.core.handle_close(self.time(now), id);
-            self.touched.push(key);
-            return;
-        }
-        if quiet >= keepalive && !conn.pinged {
-            conn.pinged = true;
-            if let Err(reason) = conn.ping() {
-                return self.kill(key, &reason);
-            }
-        }
-        let next = if quiet < keepalive {
-            conn.last_rx + keepalive
-        } else {
-            conn.last_rx + keepalive * 3
-        };
-        self.wheel.insert(
-            next.max(now + Duration::from_millis(10)),
-            TimerKind::KeepAlive,
-            key,
-            generation,
-        );
-    }
-
     /// Ends a connection now. The slab entry is freed after the current batch.
     fn kill(&mut self, key: usize, reason: &str) {
         let Some(conn) = self.conns.get_mut(key) else { return };
@@ -571,32 +490,5 @@ impl Server {
             self.core.handle_close(t, id);
         }
         self.dead.push(key);
-    }
-
-    fn begin_shutdown(&mut self, now: Instant) {
-        log::info!("shutting down: closing {} connections", self.conns.len());
-        self.shutdown_at = Some(now + SHUTDOWN_GRACE);
-        if let Some(mut listener) = self.listener.take() {
-            let _ = self.poll.registry().deregister(&mut listener);
-        }
-        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
-        let t = self.time(now);
-        for key in keys {
-            let Some(conn) = self.conns.get_mut(key) else { continue };
-            if !matches!(conn.phase, Phase::Ws(_)) {
-                self.kill(key, "shutting down");
-                continue;
-            }
-            if conn.in_core {
-                conn.in_core = false;
-                self.core.handle_close(t, conn_id(key, conn.generation));
-            }
-            conn.reason = Some("server shutting down".into());
-            if !conn.closing {
-                conn.close_after = Some((1001, "shutdown".into()));
-            }
-            self.touched.push(key);
-        }
-        self.drive(now);
     }
 }
