@@ -316,7 +316,7 @@ impl Conn {
         if self.blocked || self.closing {
             return Ok(());
         }
-        match ws.write(Message::Ping(Vec::new().into())) {
+        match ws.write(Message::Ping(Vec::new().into())).and_then(|()| ws.flush()) {
             Ok(()) => Ok(()),
             Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => {
                 self.blocked = true;
