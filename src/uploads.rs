@@ -68,42 +68,40 @@ impl Uploads {
     /// Takes one `media` chunk. On error the upload it belonged to is gone (U3).
     pub fn accept(&mut self, now: Time, chunk: &MediaChunk<'_>) -> Result<ChunkOutcome, Rejection> {
         let size = decoded_len(&chunk.data);
-        let existing_parts = self.open.get(chunk.id.as_ref()).map(|u| u.parts);
-        if let Some(parts) = existing_parts {
-            if parts != chunk.parts {
-                self.drop_upload(&chunk.id);
-                return Err(Rejection::bad_frame("parts differs from the upload's first chunk"));
+        let id = chunk.id.as_ref();
+        let open_count = self.open.len();
+        // One lookup on the hot path (a chunk of an upload already open).
+        let verdict = match self.open.get_mut(id) {
+            Some(u) if u.parts != chunk.parts => {
+                Err(Rejection::bad_frame("parts differs from the upload's first chunk"))
             }
-        } else if chunk.parts == 1 {
-            return Self::single(chunk, size).map(ChunkOutcome::Completed);
-        } else if self.open.len() >= MAX_OPEN_UPLOADS {
-            return Err(Rejection::too_big("too many unfinished uploads (at most 8)"));
-        }
-
-        if self
-            .open
-            .get(chunk.id.as_ref())
-            .is_some_and(|u| u.assembly.has(chunk.part))
-        {
-            if let Some(u) = self.open.get_mut(chunk.id.as_ref()) {
+            Some(u) if u.assembly.has(chunk.part) => {
                 u.last_chunk = now;
+                return Ok(ChunkOutcome::Repeated);
             }
-            return Ok(ChunkOutcome::Repeated);
-        }
-        let current = self.open.get(chunk.id.as_ref()).map_or(0, |u| u.assembly.bytes());
-        if current + size > MAX_MEDIA_BYTES {
-            self.drop_upload(&chunk.id);
-            return Err(Rejection::too_big("file is over 8 MiB"));
-        }
-        if self.buffered + size > MAX_UPLOAD_BUFFER_BYTES {
-            self.drop_upload(&chunk.id);
-            return Err(Rejection::too_big("unfinished uploads are over 8 MiB in total"));
+            Some(u) if u.assembly.bytes() + size > MAX_MEDIA_BYTES => Err(Rejection::too_big("file is over 8 MiB")),
+            Some(_) => Ok(()),
+            None if chunk.parts == 1 => return Self::single(chunk, size).map(ChunkOutcome::Completed),
+            None if open_count >= MAX_OPEN_UPLOADS => {
+                return Err(Rejection::too_big("too many unfinished uploads (at most 8)"))
+            }
+            None if size > MAX_MEDIA_BYTES => return Err(Rejection::too_big("file is over 8 MiB")),
+            None => Ok(()),
+        };
+        let verdict = verdict.and_then(|()| {
+            if self.buffered + size > MAX_UPLOAD_BUFFER_BYTES {
+                Err(Rejection::too_big("unfinished uploads are over 8 MiB in total"))
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(rejection) = verdict {
+            self.drop_upload(id);
+            return Err(rejection);
         }
 
-        let upload = self
-            .open
-            .entry(chunk.id.clone().into_owned())
-            .or_insert_with(|| Upload {
+        if !self.open.contains_key(id) {
+            let upload = Upload {
                 kind: chunk.kind,
                 mime: mime_for(chunk),
                 filename: chunk.filename.clone().into_owned(),
@@ -111,10 +109,13 @@ impl Uploads {
                 parts: chunk.parts,
                 assembly: Assembly::new(chunk.parts),
                 last_chunk: now,
-            });
+            };
+            self.open.insert(id.to_owned(), upload);
+        }
+        let upload = self.open.get_mut(id).expect("present: found or inserted above");
         let before = upload.assembly.bytes();
         if upload.assembly.place(chunk.part, &chunk.data, size).is_err() {
-            self.drop_upload(&chunk.id);
+            self.drop_upload(id);
             return Err(Rejection::bad_frame("data is not valid base64"));
         }
         upload.last_chunk = now;
@@ -122,13 +123,10 @@ impl Uploads {
         if !upload.assembly.is_complete() {
             return Ok(ChunkOutcome::Stored);
         }
-        let upload = self
-            .open
-            .remove(chunk.id.as_ref())
-            .expect("the upload was just updated");
+        let upload = self.open.remove(id).expect("the upload was just updated");
         self.buffered -= upload.assembly.bytes();
         Ok(ChunkOutcome::Completed(ReceivedFile {
-            id: chunk.id.clone().into_owned(),
+            id: id.to_owned(),
             kind: upload.kind,
             mime: upload.mime,
             filename: upload.filename,

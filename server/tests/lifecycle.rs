@@ -99,7 +99,11 @@ fn quiet_connections_are_pinged_and_silent_ones_closed_1001() {
     assert!(pinged, "a quiet connection gets a WebSocket ping");
     c.ws.get_mut().set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     c.send(json!({"t":"ping"}));
-    assert_eq!(c.recv()["t"], "pong", "still open after 5x the interval: pongs count as traffic");
+    assert_eq!(
+        c.recv()["t"],
+        "pong",
+        "still open after 5x the interval: pongs count as traffic"
+    );
 
     // A client that never answers anything is closed with 1001.
     let mut silent = Client::hello(&server, "tel-2");
