@@ -84,7 +84,8 @@ pub struct Conn {
 
 /// What reading a WebSocket produced.
 pub enum Incoming {
-    Message(Vec<u8>),
+    /// A whole text or binary message (tungstenite's reference-counted buffer, not a copy).
+    Message(tungstenite::Bytes),
     TooBig,
     InvalidUtf8,
 }
@@ -218,8 +219,8 @@ impl Conn {
                     self.last_rx = now;
                     self.pinged = false;
                     match msg {
-                        Message::Text(t) => into.push(Incoming::Message(t.as_bytes().to_vec())),
-                        Message::Binary(b) => into.push(Incoming::Message(b.to_vec())),
+                        Message::Text(t) => into.push(Incoming::Message(t.into())),
+                        Message::Binary(b) => into.push(Incoming::Message(b)),
                         // Pongs to pings are queued by tungstenite itself; flushed below.
                         Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => {}
                         Message::Close(_) => {}
