@@ -7,6 +7,7 @@
 //! value: a `deliver` remembers which device it reached, to confirm a repeat (S4).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::ids::DeviceId;
@@ -14,8 +15,9 @@ use crate::time::Time;
 
 #[derive(Debug)]
 struct Window<V> {
-    order: VecDeque<(Time, String)>,
-    entries: HashMap<String, (Time, V)>,
+    /// Insertion order, for eviction. The id is shared with `entries`, stored once.
+    order: VecDeque<(Time, Arc<str>)>,
+    entries: HashMap<Arc<str>, (Time, V)>,
 }
 
 impl<V> Default for Window<V> {
@@ -36,7 +38,7 @@ impl<V> Window<V> {
                 break;
             }
             if let Some((_, key)) = self.order.pop_front() {
-                self.entries.remove(&key);
+                self.entries.remove(&*key);
                 removed += 1;
             }
         }
@@ -85,12 +87,13 @@ impl<V> Dedup<V> {
         }
         if window.order.len() >= self.capacity {
             if let Some((_, oldest)) = window.order.pop_front() {
-                window.entries.remove(&oldest);
+                window.entries.remove(&*oldest);
                 self.len -= 1;
             }
         }
-        window.order.push_back((now, id.to_owned()));
-        window.entries.insert(id.to_owned(), (now, value));
+        let key: Arc<str> = Arc::from(id);
+        window.order.push_back((now, Arc::clone(&key)));
+        window.entries.insert(key, (now, value));
         self.len += 1;
     }
 
