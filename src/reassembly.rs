@@ -114,7 +114,9 @@ impl Assembly {
     }
 
     fn start_stride(&mut self, stride: usize) {
-        let room = (stride * self.parts as usize).min(MAX_MEDIA_BYTES + stride);
+        // A valid file fits in MAX_MEDIA_BYTES whatever its last part; a part that would land
+        // past it is over the limit anyway, and falls back to appending until refused.
+        let room = (stride * self.parts as usize).min(MAX_MEDIA_BYTES);
         // Zeroed allocation: large ones are fresh zero pages, paid for only when written.
         self.buf = vec![0u8; room + SLACK];
         self.stride = Some(stride);
@@ -213,5 +215,19 @@ mod tests {
         let chunks: [&[u8]; 3] = [b"aa", b"bb", b"cccccc"];
         assert_eq!(run(&chunks, &[2, 0, 1]), b"aabbcccccc");
         assert_eq!(run(&chunks, &[0, 2, 1]), b"aabbcccccc");
+    }
+
+    #[test]
+    fn a_full_8_mib_file_in_3_mib_chunks_fits_in_place() {
+        const MIB: usize = 1024 * 1024;
+        let data: Vec<u8> = (0..8 * MIB).map(|i| (i % 251) as u8).collect();
+        let chunks: Vec<&[u8]> = data.chunks(3 * MIB).collect();
+        let mut a = Assembly::new(3);
+        for i in [1usize, 2, 0] {
+            let b64 = encode(chunks[i]);
+            a.place(i as u32, &b64, decoded_len(&b64)).unwrap();
+        }
+        assert!(!a.appending, "stride placement held to the last byte");
+        assert_eq!(a.finish(), data);
     }
 }
