@@ -185,8 +185,4 @@ impl Uploads {
     pub fn open_count(&self) -> usize {
         self.open.len()
     }
-
-    pub fn is_open(&self, id: &str) -> bool {
-        self.open.contains_key(id)
-    }
 }
