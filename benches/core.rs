@@ -64,12 +64,18 @@ fn reassembly(c: &mut Criterion) {
     for parts in [3usize, 2048] {
         let chunks = chunks_of(&data, parts);
         let n = chunks.len() as u32;
-        let mut shuffled: Vec<usize> = (0..chunks.len()).collect();
-        shuffled.reverse();
-        for (order_name, order) in [
-            ("in_order", (0..chunks.len()).collect::<Vec<_>>()),
-            ("shuffled", shuffled),
-        ] {
+        let in_order: Vec<usize> = (0..chunks.len()).collect();
+        let reversed: Vec<usize> = in_order.iter().rev().copied().collect();
+        // A fixed pseudo-random permutation (xorshift), so runs compare.
+        let mut shuffled = in_order.clone();
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for i in (1..shuffled.len()).rev() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            shuffled.swap(i, (x % (i as u64 + 1)) as usize);
+        }
+        for (order_name, order) in [("in_order", in_order), ("reversed", reversed), ("shuffled", shuffled)] {
             g.bench_function(BenchmarkId::new(format!("uploads_{order_name}"), parts), |b| {
                 b.iter_batched(
                     Uploads::default,
