@@ -108,11 +108,13 @@ fn oversized_frame_is_fatal_too_big() {
     let conn = h.connect("tel-1");
     let other = h.connect("tel-2");
     h.gw.handle_frame_too_big(h.now, conn);
-    while let Some(out) = h.gw.poll_output() {
-        if let hermes_mobile::Output::Close { conn: c, code, reason } = out {
-            assert_eq!((c, code, reason), (conn, 1008, "too_big"));
-        }
-    }
+    h.advance_ms(0); // drains the outputs through the harness
+    let frames = h.take(conn);
+    assert_eq!(
+        (error_of(&frames)["code"].as_str(), error_of(&frames)["fatal"].as_bool()),
+        (Some("too_big"), Some(true))
+    );
+    assert_eq!(h.closed[&conn], (1008, "too_big".to_owned()));
     h.send(other, json!({"t":"ping"}));
     assert_eq!(
         Harness::types(&h.take(other)),

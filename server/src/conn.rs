@@ -36,6 +36,20 @@ pub fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(max))
 }
 
+/// Reads and drops whatever the peer has sent. `Ok(false)` once it has closed its side.
+fn discard_input(stream: &mut TcpStream) -> io::Result<bool> {
+    let mut sink = [0u8; 4096];
+    loop {
+        match stream.read(&mut sink) {
+            Ok(0) => return Ok(false),
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 pub enum Phase {
     /// Reading the request head.
     Http { stream: TcpStream, head: Vec<u8> },
@@ -177,16 +191,7 @@ impl Conn {
         let Phase::Drain(stream) = &mut self.phase else {
             return false;
         };
-        let mut sink = [0u8; 2048];
-        loop {
-            match stream.read(&mut sink) {
-                Ok(0) => return false,
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
+        discard_input(stream).unwrap_or(false)
     }
 
     /// Switches to WebSocket with the bytes already read past the head.
@@ -202,16 +207,11 @@ impl Conn {
     pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<(), String> {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
         if self.poisoned {
-            let mut sink = [0u8; 4096];
-            loop {
-                match ws.get_mut().read(&mut sink) {
-                    Ok(0) => return Err("closed by peer".into()),
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(format!("read failed: {e}")),
-                }
-            }
+            return match discard_input(ws.get_mut()) {
+                Ok(true) => Ok(()),
+                Ok(false) => Err("closed by peer".into()),
+                Err(e) => Err(format!("read failed: {e}")),
+            };
         }
         loop {
             match ws.read() {

@@ -249,14 +249,6 @@ impl Gateway {
             .map_or(0, |c| c.uploads.buffered())
     }
 
-    /// The device a connection authenticated as, if it has.
-    pub fn conn_device(&self, conn: ConnId) -> Option<&DeviceId> {
-        match &self.conns.get(&conn)?.state {
-            ConnState::Ready { device, .. } => Some(device),
-            ConnState::AwaitingHello => None,
-        }
-    }
-
     pub fn is_online(&self, device: &DeviceId) -> bool {
         self.devices.get(device).is_some_and(|d| d.conn.is_some())
     }

@@ -146,9 +146,8 @@ impl Gateway {
     fn arm_hold(&mut self, now: Time, device: &DeviceId) {
         let max_age = self.config.offline_hold;
         if let Some(d) = self.devices.get_mut(device) {
-            if let Some(at) = d.hold.next_deadline(max_age).or(Some(now + max_age)) {
-                self.timers.arm(&mut d.hold_slot, at, TimerKey::Hold(device.clone()));
-            }
+            let at = d.hold.next_deadline(max_age).unwrap_or(now + max_age);
+            self.timers.arm(&mut d.hold_slot, at, TimerKey::Hold(device.clone()));
         }
     }
 
@@ -197,12 +196,15 @@ impl Gateway {
     }
 
     pub(super) fn on_prompt_timer(&mut self, now: Time, id: PromptId) {
-        let due = self.prompts.get(id.as_str()).is_some_and(|c| c.expires_at <= now);
-        if !due {
+        // A card answered before its TTL left a stale timer behind: ignore it.
+        let Some(kind) = self
+            .prompts
+            .get(id.as_str())
+            .filter(|c| c.expires_at <= now)
+            .map(|c| c.kind)
+        else {
             return;
-        }
-        let kind = self.prompts.get(id.as_str()).map(|c| c.kind);
-        let Some(kind) = kind else { return };
+        };
         let closed = Closed {
             option_id: kind.safe_default().map(str::to_owned),
             expired: true,

@@ -27,19 +27,6 @@ impl ErrorCode {
             ErrorCode::InternalError => "internal_error",
         }
     }
-
-    pub fn parse(s: &str) -> Option<ErrorCode> {
-        Some(match s {
-            "bad_frame" => ErrorCode::BadFrame,
-            "auth_failed" => ErrorCode::AuthFailed,
-            "forbidden" => ErrorCode::Forbidden,
-            "unsupported_frame" => ErrorCode::UnsupportedFrame,
-            "too_big" => ErrorCode::TooBig,
-            "device_offline" => ErrorCode::DeviceOffline,
-            "internal_error" => ErrorCode::InternalError,
-            _ => return None,
-        })
-    }
 }
 
 /// Why a frame was refused. `message` is short English and never carries a token or message
