@@ -47,11 +47,11 @@ impl Client {
         Ok(Client { ws })
     }
 
-    fn send(&mut self, v: &Value) -> io::Result<()> {
+    pub fn send(&mut self, v: &Value) -> io::Result<()> {
         self.ws.send(Message::Text(v.to_string().into())).map_err(err)
     }
 
-    fn recv(&mut self) -> io::Result<Value> {
+    pub fn recv(&mut self) -> io::Result<Value> {
         loop {
             match self.ws.read().map_err(err)? {
                 Message::Text(t) => return serde_json::from_str(t.as_str()).map_err(err),
@@ -61,13 +61,13 @@ impl Client {
         }
     }
 
-    pub fn hello(&mut self, token: &str, device: &str) -> io::Result<()> {
+    pub fn hello(&mut self, token: &str, device: &str) -> io::Result<Value> {
         self.send(&json!({"t":"hello","token":token,"device":{"id":device}}))?;
         let ready = self.recv()?;
         if ready["t"] != "ready" {
             return Err(err(format!("no ready: {ready}")));
         }
-        Ok(())
+        Ok(ready)
     }
 
     /// One protocol turn: a text in, frames until the final message frame.
@@ -87,6 +87,12 @@ impl Client {
                 return Err(err(f));
             }
         }
+    }
+
+    /// A clean close: the close handshake, then the socket goes.
+    pub fn close(mut self) {
+        let _ = self.ws.close(None);
+        while self.ws.read().is_ok() {}
     }
 
     /// One bare echo round trip.

@@ -9,11 +9,13 @@
 //! hermes-mobile-load idle   --clients 1000 --seconds 10 --pid PID
 //! hermes-mobile-load upload --size 8388608 --chunk 3145728 --count 20
 //! hermes-mobile-load soak   --clients 32 --rate 2000 --seconds 600 --sample 10 --pid PID
+//! hermes-mobile-load smoke  [--upload 8388608]
 //! ```
 //! Common: `--url ws://127.0.0.1:8787/ws`, `--token T` (else `MOBILE_TOKEN`).
 
 mod client;
 mod proc_stat;
+mod smoke;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,6 +40,7 @@ struct Opts {
     count: usize,
     rate: u64,
     sample: u64,
+    upload: usize,
 }
 
 fn usage() -> ! {
@@ -65,6 +68,7 @@ fn parse() -> Opts {
         count: 10,
         rate: 1000,
         sample: 5,
+        upload: 0,
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage());
@@ -81,6 +85,7 @@ fn parse() -> Opts {
             "--count" => o.count = num() as usize,
             "--rate" => o.rate = num(),
             "--sample" => o.sample = num(),
+            "--upload" if num() <= 8 * 1024 * 1024 => o.upload = num() as usize,
             _ => usage(),
         }
     }
@@ -111,6 +116,12 @@ fn main() {
         "idle" => idle(&o),
         "upload" => upload(&o),
         "soak" => soak(&o),
+        "smoke" => {
+            if let Err(e) = smoke::run(&o.url, &o.token, o.upload) {
+                eprintln!("smoke FAILED at {e}");
+                std::process::exit(1);
+            }
+        }
         _ => usage(),
     }
 }
