@@ -307,7 +307,8 @@ pub fn help() -> String {
         "  hermes-mobile [serve] [OPTIONS]    serve ws://HOST:PORT/ws (default: 0.0.0.0:8787) with the demo agent\n",
         "  hermes-mobile send --to mobile:ID (--text TEXT | --file PATH) [--kind KIND] [--url URL] [--token TOKEN] [--id ID]\n",
         "                                     deliver a message to a phone, as cron would (`hermes-mobile send --help`)\n",
-        "  hermes-mobile token                print the app token in use, for pairing a phone\n",
+        "  hermes-mobile token [--state-dir DIR] [--env-file PATH]\n",
+        "                                     print the app token in use, for pairing a phone\n",
         "  hermes-mobile --help | --version\n\n",
         "OPTIONS (each also read from its environment variable; a flag wins):\n",
     ));
@@ -329,6 +330,8 @@ pub fn help() -> String {
         "\nROUTES:\n",
         "  GET /ws        WebSocket, Protocol v1 (the token goes in the hello frame, never in the URL)\n",
         "  GET /healthz   200 with {status, version, connections, devices_online}\n\n",
+        "`token` and `send` also read the service's settings from /etc/hermes-mobile/hermes-mobile.env\n",
+        "when it exists (the environment wins; --env-file PATH names another, --env-file '' none).\n\n",
         "Behind a reverse proxy (wss://), keep the proxy adding X-Forwarded-For: loopback peers that\n",
         "carry it may not `deliver` without a deliver token.\n",
     ));

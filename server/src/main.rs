@@ -3,6 +3,7 @@
 mod agent;
 mod config;
 mod conn;
+mod env_file;
 mod http;
 mod send;
 mod server;
@@ -30,7 +31,10 @@ fn real_main() -> i32 {
             println!("hermes-mobile {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Some("send") => send::run(&env, &args[1..]),
+        Some("send") => match env_file::layered(&env, &args[1..]) {
+            Ok(l) => send::run(&l.env, &l.args),
+            Err(e) => fail(e, send::EXIT_USAGE),
+        },
         Some("token") => token(&env, &args[1..]),
         Some("serve") => serve(&env, &args[1..]),
         _ => serve(&env, &args),
@@ -52,11 +56,31 @@ fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, Strin
     Ok(origin)
 }
 
+/// `hermes-mobile token`: the token in use, read from the service's settings file too, so
+/// that `sudo hermes-mobile token` on a Pi prints the token the service generated.
 fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let mut config = match config::parse(env, args) {
+    let l = match env_file::layered(env, args) {
+        Ok(l) => l,
+        Err(e) => return fail(e, 2),
+    };
+    let mut config = match config::parse(&l.env, &l.args) {
         Ok(c) => c,
         Err(e) => return fail(e, 2),
     };
+    if let Some(file) = l.file.filter(|_| !config.token_given) {
+        // Creating a token here would leave it owned by root, unreadable by the service.
+        let path = config.state_dir.join("token");
+        if !path.exists() {
+            return fail(
+                format!(
+                    "no token yet in {} (state directory from {}): start the service once                      (systemctl start hermes-mobile), then ask again",
+                    path.display(),
+                    file.display()
+                ),
+                1,
+            );
+        }
+    }
     match resolve_token(&mut config) {
         Ok(_) => {
             println!("{}", config.core.token);

@@ -35,6 +35,8 @@ USAGE:
   --id ID          the delivery id; repeat it to retry without sending twice [default: new]
   --device ID      the device id this sender says hello as [default: hermes-send]
   --timeout SECS   give up after this long [default: 10]
+  --env-file PATH  the service's settings [default: /etc/hermes-mobile/hermes-mobile.env if it
+                   exists; the environment wins; '' reads none]
 
 EXIT CODES:
   0 delivered   1 could not connect or no answer   2 bad usage
