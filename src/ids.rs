@@ -11,8 +11,16 @@ pub struct ConnId(pub u64);
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub struct $name(pub String);
+
+        /// Quoted and escaped: these strings are chosen by a peer, and logs print them with
+        /// `{:?}` so that a `\n` in one cannot forge a log line (issue 8 #12).
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&self.0, f)
+            }
+        }
 
         impl $name {
             pub fn as_str(&self) -> &str {

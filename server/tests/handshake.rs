@@ -16,7 +16,7 @@ fn hello_gets_ready() {
         (Some("ready"), Some("mobile:tel-1"), Some(1))
     );
     wait_until("the hello log line", Duration::from_secs(5), || {
-        server.log_text().contains("hello as tel-1")
+        server.log_text().contains("hello as \"tel-1\"")
     });
 }
 

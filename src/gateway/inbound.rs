@@ -6,7 +6,7 @@ use super::timers::TimerKey;
 use super::{AvatarState, ConnState, Device, Gateway, Output};
 use crate::agent::{AgentEvent, Audio, UserInfo};
 use crate::auth::{authorize, Role};
-use crate::base64::{decode_into, decoded_len};
+use crate::base64::{decode_into, decoded_len, decoded_len_against};
 use crate::ids::{ConnId, DeviceId};
 use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES};
 use crate::prompts::Closed;
@@ -64,7 +64,7 @@ impl Gateway {
             // H5: the newest connection of a device wins.
             let previous = self.devices.get(&device).and_then(|d| d.conn);
             if let Some(old) = previous.filter(|old| *old != conn) {
-                log::info!("device {device}: {old:?} replaced by {conn:?}");
+                log::info!("device {device:?}: {old:?} replaced by {conn:?}");
                 self.close(old, CLOSE_NORMAL, "replaced");
             }
         }
@@ -132,7 +132,7 @@ impl Gateway {
     fn is_duplicate(&self, now: Time, device: &DeviceId, id: &str) -> bool {
         let dup = self.seen.contains(now, device, id);
         if dup {
-            log::debug!("device {device}: duplicate {id:?} dropped (I2)");
+            log::debug!("device {device:?}: duplicate {id:?} dropped (I2)");
         }
         dup
     }
@@ -180,7 +180,7 @@ impl Gateway {
             return;
         }
         let fail = |r: Rejection| r.with_id(Some(&a.id));
-        if decoded_len(&a.data) > MAX_AUDIO_BYTES {
+        if decoded_len_against(&a.data, MAX_AUDIO_BYTES) > MAX_AUDIO_BYTES {
             return self.send_error(conn, &fail(Rejection::too_big("audio is over 8 MiB")), false);
         }
         let mut data = Vec::with_capacity(decoded_len(&a.data));
@@ -232,6 +232,21 @@ impl Gateway {
             };
             return self.send(conn, frame);
         };
+        if card.expires_at <= now {
+            // Its TTL has passed and only the timer has not run yet: it expires now, whatever
+            // the order of timer and input, and no answer is applied (P4, P5; issue 8 #8).
+            let owner = card.device.clone();
+            let owner_conn = self.devices.get(&owner).and_then(|d| d.conn);
+            self.on_prompt_timer(now, card.id.clone());
+            if owner_conn != Some(conn) {
+                let expired = Closed {
+                    option_id: None,
+                    expired: true,
+                };
+                self.send(conn, expired.frame(id));
+            }
+            return;
+        }
         if &card.device != device {
             let r = Rejection::new(ErrorCode::Forbidden, "card belongs to another device").with_id(Some(id));
             return self.send_error(conn, &r, false);
@@ -291,7 +306,7 @@ impl Gateway {
         let file = match d.media {
             None => None,
             Some(m) => {
-                if decoded_len(&m.data) > MAX_MEDIA_BYTES {
+                if decoded_len_against(&m.data, MAX_MEDIA_BYTES) > MAX_MEDIA_BYTES {
                     return self.send_error(conn, &Rejection::too_big("file is over 8 MiB").with_id(Some(id)), false);
                 }
                 let mut data = Vec::with_capacity(decoded_len(&m.data));

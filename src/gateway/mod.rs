@@ -419,7 +419,7 @@ impl Gateway {
         let dropped = d.hold.expire(now, max_age);
         if dropped > 0 {
             log::info!(
-                "device {device}: dropped {dropped} held outputs after {}s offline (M4)",
+                "device {device:?}: dropped {dropped} held outputs after {}s offline (M4)",
                 max_age.as_secs()
             );
         }

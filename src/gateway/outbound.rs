@@ -9,7 +9,7 @@ use crate::agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile};
 use crate::chunking::split_reply;
 use crate::hold::Held;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
-use crate::limits::{MAX_MEDIA_BYTES, MEDIA_CHUNK_BYTES};
+use crate::limits::{MAX_ID_CHARS, MAX_MEDIA_BYTES, MAX_PROMPT_TTL_SECS, MEDIA_CHUNK_BYTES};
 use crate::mime::guess_mime;
 use crate::prompts::{Card, Closed};
 use crate::time::Time;
@@ -32,12 +32,18 @@ impl Gateway {
                 request,
                 ttl_secs,
             } => {
+                // G8 cuts an answer's prompt_id to 128 characters: a longer card id could
+                // never be answered (issue 8 #15).
+                if prompt.as_str().is_empty() || prompt.as_str().chars().count() > MAX_ID_CHARS {
+                    return Err(CommandError::InvalidPrompt("card id must be 1 to 128 characters"));
+                }
                 if self.prompts.is_known(now, &device, &prompt) {
                     return Err(CommandError::DuplicatePrompt);
                 }
+                // L17 and L27: at least 1 s, at most MAX_PROMPT_TTL_SECS.
                 let ttl = ttl_secs
                     .map_or(self.config.prompt_ttl, Duration::from_secs)
-                    .max(Duration::from_secs(1));
+                    .clamp(Duration::from_secs(1), Duration::from_secs(MAX_PROMPT_TTL_SECS));
                 let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
                     .map_err(CommandError::InvalidPrompt)?;
                 let frame = card.frame(now);
@@ -93,7 +99,9 @@ impl Gateway {
             return Err(CommandError::MessageFinished);
         }
         let phone_saw = d.streams.get(&message).copied();
-        if phone_saw.is_none() && d.streams.len() >= MAX_STREAMS_PER_DEVICE {
+        // L14 bounds replies *streaming*; a one-shot final reply opens no stream, so it always
+        // goes out, however many streams an agent abandoned (issue 8 #9).
+        if phone_saw.is_none() && !done && d.streams.len() >= MAX_STREAMS_PER_DEVICE {
             return Err(CommandError::TooManyStreams);
         }
         let phone_saw = phone_saw.unwrap_or(false);

@@ -25,6 +25,9 @@ mod timers;
 const LISTENER: Token = Token(usize::MAX - 1);
 const WAKER: Token = Token(usize::MAX - 2);
 const LINGER: Duration = Duration::from_secs(2);
+/// How long a connection may take to go once its close is decided, whatever it still has
+/// queued or however it stalls its reads: after this the socket is dropped (issue 8 #1).
+const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Server {
@@ -50,6 +53,8 @@ pub struct Server {
     shutdown_at: Option<Instant>,
     /// accept() is failing for lack of resources: warn once per streak, not every retry.
     accept_failing: bool,
+    /// An accept retry is on the wheel: one chain of retries in all, not one per event.
+    accept_retry_armed: bool,
 }
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
@@ -100,6 +105,7 @@ impl Server {
             due: Vec::new(),
             shutdown_at: None,
             accept_failing: false,
+            accept_retry_armed: false,
         })
     }
 
@@ -176,8 +182,11 @@ impl Server {
                         log::warn!("accept failed: {e}; retrying every 100 ms until it works");
                     }
                     self.accept_failing = true;
-                    self.wheel
-                        .insert(now + Duration::from_millis(100), TimerKind::AcceptRetry, 0, 0);
+                    if !self.accept_retry_armed {
+                        self.accept_retry_armed = true;
+                        self.wheel
+                            .insert(now + Duration::from_millis(100), TimerKind::AcceptRetry, 0, 0);
+                    }
                     return;
                 }
             }
@@ -265,6 +274,9 @@ impl Server {
                     "version": env!("CARGO_PKG_VERSION"),
                     "connections": stats.connections,
                     "devices_online": stats.devices_online,
+                    // Every socket the server holds, this request's own included: closing
+                    // ones and plain HTTP ones too, which `connections` does not count.
+                    "sockets": self.conns.len(),
                 })
                 .to_string();
                 (
@@ -275,7 +287,10 @@ impl Server {
             Route::Reply(bytes) => (bytes, None),
         };
         let status = String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned();
-        log::debug!("conn {key}: GET {path} -> {}", status.trim_start_matches("HTTP/1.1 "));
+        log::debug!(
+            "conn {key}: GET {path:?} -> {}",
+            status.trim_start_matches("HTTP/1.1 ").trim_end()
+        );
         let Some(conn) = self.conns.get_mut(key) else { return };
         let phase = std::mem::replace(&mut conn.phase, Phase::Dead);
         if let Phase::Http { stream, .. } = phase {
@@ -358,7 +373,7 @@ impl Server {
             let mut progress = false;
             while let Some(out) = self.core.poll_output() {
                 progress = true;
-                self.on_output(out);
+                self.on_output(out, now);
             }
             while let Some(event) = self.core.poll_event() {
                 progress = true;
@@ -396,7 +411,7 @@ impl Server {
         }
     }
 
-    fn on_output(&mut self, out: Output) {
+    fn on_output(&mut self, out: Output, now: Instant) {
         let id = match &out {
             Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
         };
@@ -408,17 +423,31 @@ impl Server {
             Output::Send { frame, .. } => conn.queue(frame),
             Output::Close { code, reason, .. } => {
                 conn.in_core = false;
-                conn.reason = Some(reason.to_owned());
-                conn.close_after = Some((code, reason.to_owned()));
+                self.decide_close(key, code, reason, reason, now);
             }
             Output::Authenticated { device, service, .. } => {
                 log::info!(
-                    "conn {key}: hello as {device}{}",
+                    "conn {key}: hello as {device:?}{}",
                     if service { " (service)" } else { "" }
                 );
                 conn.device = Some(device.0);
             }
         }
+        self.touched.push(key);
+    }
+
+    /// The connection is to close with `code`/`reason` once its queued frames are out. The
+    /// deadline is armed now, when the close is decided, not when the close frame is
+    /// written: a peer that stops reading would otherwise hold the socket, its buffers and
+    /// a `MOBILE_MAX_CONNECTIONS` slot for as long as it likes.
+    fn decide_close(&mut self, key: usize, code: u16, reason: &str, log_reason: &str, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        conn.reason = Some(log_reason.to_owned());
+        if !conn.closing && conn.close_after.is_none() {
+            conn.close_after = Some((code, reason.to_owned()));
+        }
+        self.wheel
+            .insert(now + CLOSE_DEADLINE, TimerKind::Linger, key, conn.generation);
         self.touched.push(key);
     }
 
@@ -458,8 +487,12 @@ impl Server {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis());
         match self.media.save(ms, device.as_str(), &file.filename, &file.data) {
-            Ok(path) => log::debug!("device {device}: saved {} bytes to {}", file.data.len(), path.display()),
-            Err(e) => log::warn!("device {device}: could not save an upload under the state directory: {e}"),
+            Ok(path) => log::debug!(
+                "device {device:?}: saved {} bytes to {}",
+                file.data.len(),
+                path.display()
+            ),
+            Err(e) => log::warn!("device {device:?}: could not save an upload under the state directory: {e}"),
         }
     }
 
@@ -479,8 +512,10 @@ impl Server {
         let id = conn_id(key, conn.generation);
         let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
         if was_ws {
-            let who = conn.device.as_deref().unwrap_or("(no hello)");
-            log::info!("conn {key}: {} {who} closed: {reason}", conn.peer);
+            match &conn.device {
+                Some(who) => log::info!("conn {key}: {} {who:?} closed: {reason}", conn.peer),
+                None => log::info!("conn {key}: {} (no hello) closed: {reason}", conn.peer),
+            }
         } else {
             log::debug!("conn {key}: {reason}");
         }

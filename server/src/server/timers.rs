@@ -27,7 +27,10 @@ impl Server {
                 self.agent_wake = None;
                 self.agent.handle_timeout(t);
             }
-            TimerKind::AcceptRetry => self.accept_all(now),
+            TimerKind::AcceptRetry => {
+                self.accept_retry_armed = false;
+                self.accept_all(now)
+            }
             kind => {
                 let Some(conn) = self
                     .conns
@@ -43,7 +46,12 @@ impl Server {
                         self.kill(entry.key, "no complete request within the hello timeout")
                     }
                     TimerKind::KeepAlive => self.keep_alive(entry.key, now),
-                    TimerKind::Linger if conn.closing => self.kill(entry.key, "close handshake timed out"),
+                    TimerKind::Linger if conn.closing || conn.close_after.is_some() => {
+                        // decisions L28: dropped, whatever is still queued.
+                        let why = conn.reason.take().unwrap_or_else(|| "closing".into());
+                        conn.reason = Some(format!("{why}; close did not finish in time"));
+                        self.kill(entry.key, "close did not finish in time")
+                    }
                     TimerKind::Linger if matches!(conn.phase, Phase::Drain(_)) => {
                         self.kill(entry.key, "http response sent")
                     }
@@ -63,13 +71,9 @@ impl Server {
         let quiet = now.saturating_duration_since(conn.last_rx);
         let generation = conn.generation;
         if quiet >= keepalive * 3 {
-            let id = conn_id(key, generation);
-            conn.reason = Some("silent too long".into());
-            conn.close_after = Some((1001, "idle".into()));
             conn.in_core = false;
-            self.core.handle_close(self.time(now), id);
-            self.touched.push(key);
-            return;
+            self.core.handle_close(self.time(now), conn_id(key, generation));
+            return self.decide_close(key, 1001, "idle", "silent too long", now);
         }
         if quiet >= keepalive && !conn.pinged {
             conn.pinged = true;
@@ -108,11 +112,7 @@ impl Server {
                 conn.in_core = false;
                 self.core.handle_close(t, conn_id(key, conn.generation));
             }
-            conn.reason = Some("server shutting down".into());
-            if !conn.closing {
-                conn.close_after = Some((1001, "shutdown".into()));
-            }
-            self.touched.push(key);
+            self.decide_close(key, 1001, "shutdown", "server shutting down", now);
         }
         self.drive(now);
     }

@@ -1,0 +1,88 @@
+//! Peers that hold the app token and misbehave (issue 8): whatever they do, the server ends
+//! what it decided to end, and its resources stay bounded.
+mod common;
+use common::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+use tungstenite::Message;
+
+fn health(server: &Server) -> Value {
+    let response = server.http("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).unwrap_or_else(|_| panic!("healthz body: {response:?}"))
+}
+
+/// Asks for two 8 MiB files and never reads: the server's writes to it block.
+fn stalled_reader(server: &Server, device: &str) -> Client {
+    let mut c = Client::hello(server, device);
+    for i in 0..2 {
+        let text = json!({"t":"text","id":format!("big{i}"),"text":"/file 8388608"}).to_string();
+        c.ws.send(Message::Text(text.into())).expect("send");
+    }
+    c
+}
+
+#[test]
+fn a_replaced_connection_that_never_reads_is_closed_by_its_deadline() {
+    // decisions H5: the old connection is closed; issue 8 #1: even when its writes block.
+    let server = Server::start(&[]);
+    let _stalled = stalled_reader(&server, "tel-1");
+    wait_until("the stalled client's frames queue up", Duration::from_secs(10), || {
+        server.log_text().contains("hello as \"tel-1\"")
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let _fresh = Client::hello(&server, "tel-1");
+    // The stalled socket, the fresh one and this request's own.
+    assert_eq!(health(&server)["sockets"], 3, "log: {}", server.log_text());
+    wait_until("the replaced socket is dropped", Duration::from_secs(15), || {
+        health(&server)["sockets"] == 2
+    });
+    let h = health(&server);
+    assert_eq!(
+        (h["connections"].as_u64(), h["devices_online"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert!(
+        server.log_text().contains("close did not finish in time"),
+        "log: {}",
+        server.log_text()
+    );
+}
+
+#[test]
+fn a_keepalive_close_to_a_peer_that_never_reads_ends_too() {
+    // decisions K2: the 90 s close (here 3 x 0.3 s) must end even when writes block.
+    let server = Server::start(&[("MOBILE_KEEPALIVE", "0.3")]);
+    let stalled = stalled_reader(&server, "tel-1");
+    wait_until("the silent peer's socket is dropped", Duration::from_secs(20), || {
+        health(&server)["sockets"] == 1
+    });
+    assert!(
+        server.log_text().contains("silent too long"),
+        "log: {}",
+        server.log_text()
+    );
+    drop(stalled);
+}
+
+#[test]
+fn a_device_id_with_a_line_break_cannot_forge_a_log_line() {
+    // issue 8 #12: peer strings are logged escaped.
+    let server = Server::start(&[]);
+    let mut c = Client::connect(&server);
+    c.send(json!({"t":"hello","token":TOKEN,"device":{"id":"evil\nINFO  [hermes_mobile] INJECTED"}}));
+    assert_eq!(c.recv()["t"], "ready");
+    drop(c);
+    wait_until("the hello is logged", Duration::from_secs(10), || {
+        server.log_text().contains("INJECTED")
+    });
+    let log = server.log_text();
+    assert!(
+        log.contains(r#"hello as "evil\nINFO  [hermes_mobile] INJECTED""#),
+        "log: {log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.starts_with("INFO  [hermes_mobile] INJECTED")),
+        "log: {log}"
+    );
+}
