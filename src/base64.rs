@@ -21,6 +21,32 @@ pub fn decoded_len(b64: &str) -> usize {
     len / 4 * 3 + (len % 4 * 3) / 4
 }
 
+/// The exact decoded size of any base64 this module accepts, line breaks and other white
+/// space skipped (L11). A pass over the input: call it only where [`decoded_len`]'s cheap
+/// bound would refuse, so a line-wrapped file just under a limit is not refused as over it.
+pub fn exact_decoded_len(b64: &str) -> usize {
+    let mut significant = 0usize;
+    let mut trailing_pad = 0usize;
+    for &b in b64.as_bytes() {
+        if b.is_ascii_whitespace() {
+            continue;
+        }
+        significant += 1;
+        trailing_pad = if b == b'=' { trailing_pad + 1 } else { 0 };
+    }
+    let len = significant - trailing_pad.min(2).min(significant);
+    len / 4 * 3 + (len % 4 * 3) / 4
+}
+
+/// [`decoded_len`] made exact when, and only when, the bound is over `limit`: the answer to
+/// "is this over the limit?" is then right for line-wrapped input too (L11).
+pub fn decoded_len_against(b64: &str, limit: usize) -> usize {
+    match decoded_len(b64) {
+        bound if bound <= limit => bound,
+        _ => exact_decoded_len(b64),
+    }
+}
+
 /// The input was not base64.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InvalidBase64;
@@ -75,6 +101,22 @@ mod tests {
             assert_eq!(decoded_len(&encode(&data)), n, "n = {n}");
             let unpadded = encode(&data).trim_end_matches('=').to_owned();
             assert_eq!(decoded_len(&unpadded), n, "unpadded n = {n}");
+        }
+    }
+
+    #[test]
+    fn line_breaks_do_not_count_toward_the_decoded_size() {
+        // decisions L11; issue 8 #10
+        for n in [0usize, 1, 2, 3, 57, 58, 1000] {
+            let data = vec![1u8; n];
+            let wrapped: String = encode(&data)
+                .as_bytes()
+                .chunks(76)
+                .map(|l| format!("{}\n", std::str::from_utf8(l).unwrap()))
+                .collect();
+            assert_eq!(exact_decoded_len(&wrapped), n, "n = {n}");
+            assert_eq!(decoded_len_against(&wrapped, n), n, "n = {n}");
+            assert!(decoded_len(&wrapped) >= n);
         }
     }
 

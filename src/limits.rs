@@ -35,6 +35,9 @@ pub const MAX_DEVICE_FIELD_CHARS: usize = 120;
 pub const MAX_FILENAME_CHARS: usize = 200;
 /// Dedup window entries per device (decisions I1).
 pub const DEDUP_CAPACITY: usize = 4000;
+/// The longest a card may live, whatever the agent asks (decisions L27): a day. Longer
+/// cards would pin their state (and the owner's attention) for no use a phone has.
+pub const MAX_PROMPT_TTL_SECS: u64 = 24 * 60 * 60;
 /// Bytes of agent output held per offline device (decisions M4).
 pub const MAX_HELD_BYTES: usize = 8 * 1024 * 1024;
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::base64::{decode_into, decoded_len};
+use crate::base64::{decode_into, decoded_len_against};
 use crate::limits::{MAX_MEDIA_BYTES, MAX_OPEN_UPLOADS, MAX_UPLOAD_BUFFER_BYTES};
 use crate::mime::guess_mime;
 use crate::reassembly::Assembly;
@@ -67,7 +67,10 @@ fn mime_for(chunk: &MediaChunk<'_>) -> String {
 impl Uploads {
     /// Takes one `media` chunk. On error the upload it belonged to is gone (U3).
     pub fn accept(&mut self, now: Time, chunk: &MediaChunk<'_>) -> Result<ChunkOutcome, Rejection> {
-        let size = decoded_len(&chunk.data);
+        // Every size limit below is at most the room left in the device's buffer (a file's
+        // bytes are inside it), so the size is exact wherever it decides a refusal (L11).
+        const _: () = assert!(MAX_MEDIA_BYTES <= MAX_UPLOAD_BUFFER_BYTES);
+        let size = decoded_len_against(&chunk.data, MAX_UPLOAD_BUFFER_BYTES.saturating_sub(self.buffered));
         let id = chunk.id.as_ref();
         let open_count = self.open.len();
         // One lookup on the hot path (a chunk of an upload already open).
@@ -75,10 +78,9 @@ impl Uploads {
             Some(u) if u.parts != chunk.parts => {
                 Err(Rejection::bad_frame("parts differs from the upload's first chunk"))
             }
-            Some(u) if u.assembly.has(chunk.part) => {
-                u.last_chunk = now;
-                return Ok(ChunkOutcome::Repeated);
-            }
+            // U4: ignored. U5: and it does not count as progress, or resending one chunk
+            // would keep a never-finished upload alive forever.
+            Some(u) if u.assembly.has(chunk.part) => return Ok(ChunkOutcome::Repeated),
             Some(u) if u.assembly.bytes() + size > MAX_MEDIA_BYTES => Err(Rejection::too_big("file is over 8 MiB")),
             Some(_) => Ok(()),
             None if chunk.parts == 1 => return Self::single(chunk, size).map(ChunkOutcome::Completed),

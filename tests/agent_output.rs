@@ -345,3 +345,25 @@ fn typing_stop_goes_out_even_without_output_and_idle_follows() {
     h.advance_to(Time::from_secs(3));
     assert_eq!(h.take(conn), vec![json!({"t":"avatar","state":"idle"})]);
 }
+
+#[test]
+fn a_final_reply_goes_out_however_many_streams_were_abandoned() {
+    // decisions L14 bounds streams; issue 8 #9: it must not silence one-shot replies.
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    for i in 0..64 {
+        h.agent(reply("tel-1", &format!("s{i}"), "partial", false));
+    }
+    assert_eq!(
+        h.gw.handle_agent(h.now, reply("tel-1", "s64", "one more stream", false)),
+        Err(CommandError::TooManyStreams)
+    );
+    h.take(conn);
+    h.agent(reply("tel-1", "final-1", "the answer", true));
+    let frames = only(h.take(conn), "message");
+    assert_eq!(frames.len(), 1);
+    assert_eq!(
+        (frames[0]["text"].as_str(), frames[0]["final"].as_bool()),
+        (Some("the answer"), Some(true))
+    );
+}

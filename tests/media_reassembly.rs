@@ -223,6 +223,49 @@ fn stalled_upload_is_dropped_after_120_s_without_a_chunk() {
 }
 
 #[test]
+fn a_repeated_chunk_does_not_keep_a_stalled_upload_alive() {
+    // decisions U5 with U4: only a *new* chunk is progress (issue 8 #7).
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    h.send(conn, chunk("f", 0, 3, b"AAA"));
+    h.advance_to(Time::from_secs(100));
+    h.send(conn, chunk("f", 0, 3, b"AAA"));
+    h.advance_to(Time::from_secs(120));
+    assert_eq!(h.gw.upload_bytes(&tel1()), 0, "dropped 120 s after its last new chunk");
+    assert_eq!(h.gw.stats().open_uploads, 0);
+}
+
+#[test]
+fn line_wrapped_base64_just_under_the_limit_is_not_too_big() {
+    // decisions L11 (issue 8 #10): line breaks do not count toward the 8 MiB.
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    let data = vec![7u8; 8 * MIB - 64 * 1024];
+    let wrapped: String = b64(&data)
+        .as_bytes()
+        .chunks(76)
+        .map(|l| format!("{}\n", std::str::from_utf8(l).unwrap()))
+        .collect();
+    h.send(conn, json!({"t":"audio","id":"a1","format":"wav","data":wrapped}));
+    let frames = h.take(conn);
+    assert!(
+        frames.iter().all(|f| f["t"] != "error"),
+        "{:?}",
+        Harness::types(&frames)
+    );
+    h.send(
+        conn,
+        json!({"t":"media","id":"m1","kind":"document","filename":"x.bin","data":wrapped}),
+    );
+    let frames = h.take(conn);
+    assert!(
+        frames.iter().all(|f| f["t"] != "error"),
+        "{:?}",
+        Harness::types(&frames)
+    );
+}
+
+#[test]
 fn buffers_are_freed_on_disconnect() {
     // protocol-v1.md "Memory limits": released when the device disconnects
     let mut h = Harness::new();

@@ -197,7 +197,10 @@ fn empty_answer_is_bad_frame() {
     let mut h = Harness::new();
     let conn = h.connect("tel-1");
     h.send(conn, json!({"t":"prompt","prompt_id":"q1","option_id":"","text":""}));
-    assert_eq!(error_of(&h.take(conn))["code"], "bad_frame");
+    let err = error_of(&h.take(conn)).clone();
+    assert_eq!(err["code"], "bad_frame");
+    // decisions L10 (issue 8 #6): the error carries the answer's prompt_id as its id.
+    assert_eq!(err["id"], "q1");
 }
 
 #[test]
@@ -368,4 +371,59 @@ fn agent_cannot_reuse_a_card_id_or_open_an_empty_card() {
         h.gw.handle_agent(h.now, empty),
         Err(CommandError::InvalidPrompt(_))
     ));
+}
+
+#[test]
+fn an_answer_after_the_ttl_expires_the_card_even_before_its_timer_runs() {
+    // decisions P4/P5; issue 8 #8: `always` must not be applied to an expired exec_approval.
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    h.agent(exec("p1", "tel-1", Some(10)));
+    h.take(conn);
+    // The answer arrives at the TTL, before the gateway's timer has fired.
+    h.now = Time::from_millis(10_000);
+    h.send(conn, json!({"t":"prompt","prompt_id":"p1","option_id":"always"}));
+    assert_eq!(
+        h.take(conn),
+        vec![json!({"t":"prompt_done","id":"p1","option_id":"deny","expired":true})]
+    );
+    match h.take_events().as_slice() {
+        [AgentEvent::PromptExpired { option_id, .. }] => assert_eq!(option_id.as_deref(), Some("deny")),
+        e => panic!("the agent should hear of the expiry only: {e:?}"),
+    }
+    h.advance_ms(1000);
+    assert!(
+        only(h.take(conn), "prompt_done").is_empty(),
+        "no second prompt_done when the timer runs"
+    );
+    assert!(h.take_events().is_empty());
+}
+
+#[test]
+fn card_ids_that_an_answer_could_not_carry_are_refused() {
+    // G8 cuts prompt_id to 128 characters; issue 8 #15.
+    let mut h = Harness::new();
+    let long = "p".repeat(129);
+    assert!(matches!(
+        h.gw.handle_agent(h.now, exec(&long, "tel-1", None)),
+        Err(CommandError::InvalidPrompt(_))
+    ));
+    assert!(matches!(
+        h.gw.handle_agent(h.now, exec("", "tel-1", None)),
+        Err(CommandError::InvalidPrompt(_))
+    ));
+    assert!(h.gw.handle_agent(h.now, exec(&"p".repeat(128), "tel-1", None)).is_ok());
+}
+
+#[test]
+fn a_card_lives_at_most_a_day_whatever_the_agent_asks() {
+    // decisions L27
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    h.agent(exec("p1", "tel-1", Some(10 * 365 * 86_400)));
+    assert_eq!(h.take(conn)[0]["timeout_seconds"], 86_400);
+    h.advance_ms(86_399_000);
+    assert!(only(h.take(conn), "prompt_done").is_empty());
+    h.advance_ms(1000);
+    assert_eq!(only(h.take(conn), "prompt_done")[0]["expired"], true);
 }

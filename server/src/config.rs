@@ -98,7 +98,7 @@ pub const SETTINGS: &[Setting] = &[
         flag: "--log-level",
         env: "RUST_LOG",
         default: "info",
-        help: "error, warn, info, debug or trace",
+        help: "error, warn, info, debug, trace, or module=level (hermes_mobile=debug)",
     },
     Setting {
         flag: "--hello-timeout",
@@ -142,6 +142,8 @@ pub struct ServerConfig {
     pub agent: AgentKind,
     pub max_connections: usize,
     pub log_level: log::LevelFilter,
+    /// Parts of `RUST_LOG` that were not understood, to be logged once the logger is up.
+    pub log_warning: Option<String>,
     pub keepalive: Duration,
     pub demo_step: Duration,
     /// Frames queued for one slow client beyond which it is dropped.
@@ -167,6 +169,46 @@ fn number<T: std::str::FromStr>(name: &str, s: &str) -> Result<T, String> {
     s.trim()
         .parse()
         .map_err(|_| format!("{name} must be a number, got {s:?}"))
+}
+
+fn level(s: &str) -> Option<log::LevelFilter> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "off" => Some(log::LevelFilter::Off),
+        "error" => Some(log::LevelFilter::Error),
+        "warn" => Some(log::LevelFilter::Warn),
+        "info" => Some(log::LevelFilter::Info),
+        "debug" => Some(log::LevelFilter::Debug),
+        "trace" => Some(log::LevelFilter::Trace),
+        _ => None,
+    }
+}
+
+/// `RUST_LOG` in the usual syntax: `info`, `hermes_mobile=debug`, `warn,hermes_mobile=trace`.
+/// An entry for one of this program's modules (`hermes_mobile…`) wins over a bare level;
+/// entries for other crates are ignored (this binary logs only its own), and anything not
+/// understood is reported, never a reason to refuse to start (issue 8 #18).
+fn log_level(spec: &str) -> (log::LevelFilter, Option<String>) {
+    let (mut bare, mut ours, mut unknown) = (None, None, Vec::new());
+    for entry in spec.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        match entry.split_once('=') {
+            None => match level(entry) {
+                Some(l) => bare = Some(l),
+                None => unknown.push(entry),
+            },
+            Some((module, l)) => match level(l) {
+                Some(l) if module.trim().starts_with("hermes_mobile") => ours = Some(l),
+                Some(_) => {}
+                None => unknown.push(entry),
+            },
+        }
+    }
+    let warning = (!unknown.is_empty()).then(|| {
+        format!(
+            "RUST_LOG: ignored {:?} (use error, warn, info, debug, trace or module=level)",
+            unknown.join(",")
+        )
+    });
+    (ours.or(bare).unwrap_or(log::LevelFilter::Info), warning)
 }
 
 /// The default state directory: `$XDG_STATE_HOME/hermes-mobile`, else
@@ -248,24 +290,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         "demo" | "" => AgentKind::Demo,
         other => return Err(format!("unknown agent {other:?}: this build has the demo agent")),
     };
-    let log_level = match get("--log-level")
-        .unwrap_or("info")
-        .trim()
-        .to_ascii_lowercase()
-        .as_str()
-    {
-        "off" => log::LevelFilter::Off,
-        "error" => log::LevelFilter::Error,
-        "warn" => log::LevelFilter::Warn,
-        "info" | "" => log::LevelFilter::Info,
-        "debug" => log::LevelFilter::Debug,
-        "trace" => log::LevelFilter::Trace,
-        other => {
-            return Err(format!(
-                "log level must be error, warn, info, debug or trace, got {other:?}"
-            ))
-        }
-    };
+    let (log_level, log_warning) = log_level(get("--log-level").unwrap_or(""));
     let port = match get("--port") {
         Some(p) => number::<u16>("MOBILE_PORT", p)?,
         None => 8787,
@@ -285,6 +310,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         agent,
         max_connections,
         log_level,
+        log_warning,
         keepalive: match get("--keepalive") {
             Some(v) => seconds("MOBILE_KEEPALIVE", v)?,
             None => Duration::from_secs(30),
@@ -390,6 +416,20 @@ mod tests {
         assert!(parse(&env(&[]), &["--port".into(), "70000".into()]).is_err());
         assert!(parse(&env(&[]), &["--bogus".into()]).unwrap_err().contains("--bogus"));
         assert!(parse(&env(&[("MOBILE_PROMPT_TTL", "-1")]), &[]).is_err());
+    }
+
+    #[test]
+    fn rust_log_takes_the_usual_module_syntax_and_never_stops_start_up() {
+        use log::LevelFilter::*;
+        assert_eq!(log_level(""), (Info, None));
+        assert_eq!(log_level("DEBUG"), (Debug, None));
+        assert_eq!(log_level("hermes_mobile=debug"), (Debug, None));
+        assert_eq!(log_level("warn,hermes_mobile=trace,mio=debug"), (Trace, None));
+        assert_eq!(log_level("hermes_mobile::server=error, info"), (Error, None));
+        let (l, warning) = log_level("loud,hermes_mobile=chatty");
+        assert_eq!(l, Info);
+        assert!(warning.unwrap().contains("loud,hermes_mobile=chatty"));
+        assert!(parse(&env(&[("RUST_LOG", "hermes_mobile=debug")]), &[]).is_ok());
     }
 
     #[test]

@@ -96,6 +96,9 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) => return fail(e, 2),
     };
     let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
+    if let Some(warning) = &config.log_warning {
+        log::warn!("{warning}");
+    }
     match resolve_token(&mut config) {
         Ok(TokenOrigin::Created(path)) => {
             // C3: shown once, on creation, on stdout, never through the log.

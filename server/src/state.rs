@@ -50,6 +50,10 @@ pub fn stored_token(state_dir: &Path) -> Result<(String, TokenOrigin), String> {
         .mode(0o600)
         .open(&path)
         .map_err(|e| format!("cannot write the token to {}: {e}", path.display()))?;
+    // `mode` applies only when the file is created: an existing (empty) one keeps whatever
+    // it had, so owner-only is enforced here, before the token is written (C3; issue 8 #17).
+    file.set_permissions(fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot make {} owner-only: {e}", path.display()))?;
     writeln!(file, "{token}").map_err(|e| format!("cannot write the token to {}: {e}", path.display()))?;
     Ok((token, TokenOrigin::Created(path)))
 }
@@ -72,20 +76,31 @@ impl MediaStore {
         }
     }
 
-    /// Writes a file as `<ms>-<device>-<sanitized name>`; returns its path.
+    /// Writes a file as `<ms>-<device>-<sanitized name>` (decisions U6, L26); returns its path.
+    /// Never overwrites: a second file with the same name in the same millisecond gets `-1`,
+    /// `-2`, … before its extension.
     pub fn save(&self, now_ms: u128, device: &str, filename: &str, data: &[u8]) -> io::Result<PathBuf> {
         create_private_dir(&self.dir)?;
-        let name = format!("{now_ms}-{}-{}", sanitize_filename(device), sanitize_filename(filename));
-        let path = self.dir.join(name);
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&path)?;
-        file.write_all(data)?;
-        self.prune()?;
-        Ok(path)
+        for n in 0..100 {
+            let path = self.dir.join(disk_name(now_ms, device, filename, n));
+            let mut file = match fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+            {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            };
+            file.write_all(data)?;
+            self.prune()?;
+            return Ok(path);
+        }
+        Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "100 files of that name this millisecond",
+        ))
     }
 
     fn prune(&self) -> io::Result<()> {
@@ -112,14 +127,78 @@ impl MediaStore {
     }
 }
 
+/// The longest file name written, in bytes: file systems allow 255 (issue 8 #11).
+const MAX_NAME_BYTES: usize = 240;
+/// The device's share of it: a device id may be 120 characters of up to 4 bytes each.
+const MAX_DEVICE_BYTES: usize = 48;
+/// An extension longer than this is treated as part of the name.
+const MAX_EXTENSION_BYTES: usize = 16;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// `<ms>-<device>-<stem>[-n]<.ext>`, sanitized and at most [`MAX_NAME_BYTES`] bytes, the
+/// extension kept so that agents and people still see what the file is.
+fn disk_name(now_ms: u128, device: &str, filename: &str, n: u32) -> String {
+    let device = sanitize_filename(device);
+    let name = sanitize_filename(filename);
+    let (stem, ext) = match name.rfind('.') {
+        Some(dot) if dot > 0 && name.len() - dot <= MAX_EXTENSION_BYTES => name.split_at(dot),
+        _ => (name.as_str(), ""),
+    };
+    let prefix = format!("{now_ms}-{}-", cut(&device, MAX_DEVICE_BYTES));
+    let suffix = if n == 0 { String::new() } else { format!("-{n}") };
+    let room = MAX_NAME_BYTES.saturating_sub(prefix.len() + suffix.len() + ext.len());
+    format!("{prefix}{}{suffix}{ext}", cut(stem, room))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_names_are_cut_in_bytes_keeping_the_extension_and_never_overwrite() {
+        // decisions U6, L26; issue 8 #11
+        let dir = temp("media-names");
+        let store = MediaStore::new(&dir);
+        let device = "é".repeat(120);
+        let filename = format!("{}.jpeg", "日".repeat(196));
+        let a = store.save(1, &device, &filename, b"first").unwrap();
+        let b = store.save(1, &device, &filename, b"second").unwrap();
+        assert_ne!(a, b);
+        for (path, body) in [(&a, "first"), (&b, "second")] {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert!(name.len() <= MAX_NAME_BYTES, "{} bytes", name.len());
+            assert!(name.ends_with(".jpeg"), "{name}");
+            assert_eq!(fs::read_to_string(path).unwrap(), body);
+        }
+        fs::remove_dir_all(dir).unwrap();
+    }
 
     fn temp(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("hm-state-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn an_existing_empty_token_file_is_made_owner_only_before_the_token_is_written() {
+        // decisions C3; issue 8 #17
+        let dir = temp("token-empty");
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("token");
+        fs::write(&path, "").unwrap();
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+        let (token, _) = stored_token(&dir).unwrap();
+        assert_eq!(fs::read_to_string(&path).unwrap().trim(), token);
+        assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

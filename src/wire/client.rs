@@ -301,7 +301,8 @@ pub fn parse_client_frame(bytes: &[u8]) -> Result<ClientFrame<'_>, Rejection> {
         }
     })?;
     validate(&raw).map_err(|r| {
-        let id = raw.id.as_ref().and_then(Scalar::as_str);
+        // L10: a `prompt` answer has no `id`; its `prompt_id` is what the app correlates on.
+        let id = raw.id.as_ref().or(raw.prompt_id.as_ref()).and_then(Scalar::as_str);
         r.with_id(id.map(|s| truncate_chars(s, MAX_ID_CHARS)))
     })
 }
