@@ -30,7 +30,8 @@ healthz_ok() {
   (
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
     printf 'GET /healthz HTTP/1.1\r\nHost: ci\r\nConnection: close\r\n\r\n' >&3
-    head -n 1 <&3 | grep -q ' 200 '
+    # A peer that accepts and never answers must not hang CI.
+    read -r -t 5 -u 3 status_line && [[ $status_line == *" 200 "* ]]
   ) 2>/dev/null
 }
 

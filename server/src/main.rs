@@ -31,7 +31,7 @@ fn real_main() -> i32 {
             println!("hermes-mobile {}", env!("CARGO_PKG_VERSION"));
             0
         }
-        Some("send") => match env_file::layered(&env, &args[1..]) {
+        Some("send") => match env_file::layered(&env, &args[1..], env_file::Unreadable::Skip) {
             Ok(l) => send::run(&l.env, &l.args),
             Err(e) => fail(e, send::EXIT_USAGE),
         },
@@ -59,7 +59,7 @@ fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, Strin
 /// `hermes-mobile token`: the token in use, read from the service's settings file too, so
 /// that `sudo hermes-mobile token` on a Pi prints the token the service generated.
 fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let l = match env_file::layered(env, args) {
+    let l = match env_file::layered(env, args, env_file::Unreadable::Fail) {
         Ok(l) => l,
         Err(e) => return fail(e, 2),
     };
@@ -73,7 +73,8 @@ fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
         if !path.exists() {
             return fail(
                 format!(
-                    "no token yet in {} (state directory from {}): start the service once                      (systemctl start hermes-mobile), then ask again",
+                    "no token yet in {} (state directory from {}): start the service once \
+                     (systemctl start hermes-mobile), then ask again",
                     path.display(),
                     file.display()
                 ),
@@ -100,6 +101,14 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         log::warn!("{warning}");
     }
     match resolve_token(&mut config) {
+        Ok(TokenOrigin::Created(path)) if env.contains_key("INVOCATION_ID") => {
+            // Under systemd stdout is the journal, which more people may read than the
+            // owner-only token file: say where it is, not what it is.
+            println!(
+                "New app token kept in {}; print it with: sudo hermes-mobile token",
+                path.display()
+            );
+        }
         Ok(TokenOrigin::Created(path)) => {
             // C3: shown once, on creation, on stdout, never through the log.
             println!(

@@ -121,6 +121,7 @@ fn generated_token_is_kept_and_printed_once() {
         let out = Command::new(binary())
             .arg("token")
             .env_clear()
+            .env("MOBILE_ENV_FILE", "")
             .env("MOBILE_STATE_DIR", &dir)
             .output()
             .unwrap();

@@ -8,6 +8,8 @@ fn send(server: &Server, args: &[&str], env: &[(&str, &str)]) -> (i32, String, S
     cmd.arg("send")
         .args(args)
         .env_clear()
+        // This machine's service settings (if the package is installed) are not the test's.
+        .env("MOBILE_ENV_FILE", "")
         .env("MOBILE_PORT", server.port.to_string());
     for (k, v) in env {
         cmd.env(k, v);
