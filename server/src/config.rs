@@ -355,7 +355,7 @@ pub fn help() -> String {
     out.push_str(concat!(
         "\nROUTES:\n",
         "  GET /ws        WebSocket, Protocol v1 (the token goes in the hello frame, never in the URL)\n",
-        "  GET /healthz   200 with {status, version, connections, devices_online}\n\n",
+        "  GET /healthz   200 with {status, version, connections, devices_online, sockets}\n\n",
         "`token` and `send` also read the service's settings from /etc/hermes-mobile/hermes-mobile.env\n",
         "when it exists (the environment wins; --env-file PATH names another, --env-file '' none).\n\n",
         "Behind a reverse proxy (wss://), keep the proxy adding X-Forwarded-For: loopback peers that\n",
