@@ -53,7 +53,11 @@ struct Upload {
 #[derive(Debug, Default)]
 pub struct Uploads {
     open: HashMap<String, Upload>,
+    /// Decoded bytes of the open uploads: what the limits count (U2).
     buffered: usize,
+    /// Memory the open uploads hold: their bytes plus the room reserved for parts still to
+    /// come. Kept within the same 8 MiB as the bytes, plus bookkeeping (L31).
+    held: usize,
 }
 
 fn mime_for(chunk: &MediaChunk<'_>) -> String {
@@ -114,19 +118,24 @@ impl Uploads {
             };
             self.open.insert(id.to_owned(), upload);
         }
+        let mut room = self.room_for(id, size);
         let upload = self.open.get_mut(id).expect("present: found or inserted above");
-        let before = upload.assembly.bytes();
-        if upload.assembly.place(chunk.part, &chunk.data, size).is_err() {
+        let (bytes_before, held_before) = (upload.assembly.bytes(), upload.assembly.held());
+        let placed = upload.assembly.place(chunk.part, &chunk.data, &mut room);
+        // Even a refused part may have left room reserved: the books follow the memory.
+        self.buffered += upload.assembly.bytes() - bytes_before;
+        self.held = self.held - held_before + upload.assembly.held();
+        if placed.is_err() {
             self.drop_upload(id);
             return Err(Rejection::bad_frame("data is not valid base64"));
         }
         upload.last_chunk = now;
-        self.buffered += upload.assembly.bytes() - before;
         if !upload.assembly.is_complete() {
             return Ok(ChunkOutcome::Stored);
         }
         let upload = self.open.remove(id).expect("the upload was just updated");
         self.buffered -= upload.assembly.bytes();
+        self.held -= upload.assembly.held();
         Ok(ChunkOutcome::Completed(ReceivedFile {
             id: id.to_owned(),
             kind: upload.kind,
@@ -154,9 +163,29 @@ impl Uploads {
         })
     }
 
+    /// How much memory beyond a `size`-byte part upload `id` may reserve for parts still to
+    /// come (L31). When the part itself would take the uploads past the budget, the other
+    /// uploads first give back their speculative room: their bytes are within the limits
+    /// (U2), so after that the budget is bytes, not guesses.
+    fn room_for(&mut self, id: &str, size: usize) -> usize {
+        if self.held + size > MAX_UPLOAD_BUFFER_BYTES {
+            for (other, u) in self.open.iter_mut().filter(|(other, _)| other.as_str() != id) {
+                let before = u.assembly.held();
+                u.assembly.reclaim();
+                self.held = self.held - before + u.assembly.held();
+                log::trace!(
+                    "upload {other:?} gave back {} bytes of room",
+                    before - u.assembly.held()
+                );
+            }
+        }
+        MAX_UPLOAD_BUFFER_BYTES.saturating_sub(self.held + size)
+    }
+
     fn drop_upload(&mut self, id: &str) {
         if let Some(u) = self.open.remove(id) {
             self.buffered -= u.assembly.bytes();
+            self.held -= u.assembly.held();
         }
     }
 
@@ -182,6 +211,11 @@ impl Uploads {
     /// Decoded bytes held by unfinished uploads.
     pub fn buffered(&self) -> usize {
         self.buffered
+    }
+
+    /// Memory held by unfinished uploads: bytes, reserved room and bookkeeping (L31).
+    pub fn held(&self) -> usize {
+        self.held
     }
 
     pub fn open_count(&self) -> usize {
