@@ -195,6 +195,8 @@ pub enum CommandError {
     InvalidPrompt(&'static str),
     /// Too many replies being streamed to one device at once.
     TooManyStreams,
+    /// Too many cards open for the device, or in all (L33).
+    TooManyPrompts,
     /// Output for an offline device would exceed its hold (M4).
     HoldFull,
 }
@@ -207,6 +209,7 @@ impl std::fmt::Display for CommandError {
             CommandError::DuplicatePrompt => f.write_str("prompt id already used"),
             CommandError::InvalidPrompt(why) => write!(f, "invalid prompt: {why}"),
             CommandError::TooManyStreams => f.write_str("too many replies streaming to this device"),
+            CommandError::TooManyPrompts => f.write_str("too many cards open for this device or in all"),
             CommandError::HoldFull => f.write_str("offline hold for this device is full"),
         }
     }

@@ -50,17 +50,42 @@ impl<V> Window<V> {
 pub struct Dedup<V = ()> {
     windows: HashMap<DeviceId, Window<V>>,
     lifetime: Duration,
+    /// Per device window.
     capacity: usize,
+    /// In all, across windows (L32).
+    total_capacity: usize,
     len: usize,
 }
 
 impl<V> Dedup<V> {
-    pub fn new(lifetime: Duration, capacity: usize) -> Dedup<V> {
+    pub fn new(lifetime: Duration, capacity: usize, total_capacity: usize) -> Dedup<V> {
         Dedup {
             windows: HashMap::new(),
             lifetime,
             capacity: capacity.max(1),
+            total_capacity: total_capacity.max(1),
             len: 0,
+        }
+    }
+
+    /// Drops the oldest entry of all windows (a scan of the windows' oldest entries: it
+    /// runs only at the total cap, which only device-id minting reaches).
+    fn evict_globally_oldest(&mut self) {
+        let oldest = self
+            .windows
+            .iter()
+            .filter_map(|(device, w)| w.order.front().map(|(at, _)| (*at, device)))
+            .min_by_key(|(at, _)| *at)
+            .map(|(_, device)| device.clone());
+        let Some(device) = oldest else { return };
+        if let Some(w) = self.windows.get_mut(&device) {
+            if let Some((_, key)) = w.order.pop_front() {
+                w.entries.remove(&*key);
+                self.len -= 1;
+            }
+            if w.order.is_empty() {
+                self.windows.remove(&device);
+            }
         }
     }
 
@@ -79,6 +104,9 @@ impl<V> Dedup<V> {
     /// Records `(device, id)`. Re-recording an existing key refreshes its value, not its age.
     pub fn insert(&mut self, now: Time, device: &DeviceId, id: &str, value: V) {
         let lifetime = self.lifetime;
+        if self.len >= self.total_capacity && !self.contains(now, device, id) {
+            self.evict_globally_oldest();
+        }
         let window = self.windows.entry(device.clone()).or_default();
         self.len -= window.expire(now, lifetime);
         if let Some((_, existing)) = window.entries.get_mut(id) {
@@ -129,7 +157,7 @@ mod tests {
     #[test]
     fn entries_live_for_the_window_exactly() {
         // decisions I1: 600 s
-        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000);
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000, 16_384);
         d.insert(Time::ZERO, &dev("a"), "m1", ());
         assert!(d.contains(Time::from_millis(599_999), &dev("a"), "m1"));
         assert!(!d.contains(Time::from_secs(600), &dev("a"), "m1"));
@@ -139,7 +167,7 @@ mod tests {
     #[test]
     fn capacity_evicts_oldest_first() {
         // decisions I1: at most 4000 entries, oldest evicted first
-        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 3);
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 3, 100);
         for id in ["1", "2", "3", "4"] {
             d.insert(Time::ZERO, &dev("a"), id, ());
         }
@@ -149,8 +177,24 @@ mod tests {
     }
 
     #[test]
+    fn the_total_cap_evicts_the_oldest_entry_of_any_device() {
+        // decisions L32: minted device ids cannot grow the table past its total.
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000, 3);
+        d.insert(Time::from_millis(1), &dev("a"), "m1", ());
+        d.insert(Time::from_millis(2), &dev("b"), "m1", ());
+        d.insert(Time::from_millis(3), &dev("a"), "m2", ());
+        d.insert(Time::from_millis(4), &dev("c"), "m1", ());
+        assert_eq!(d.len(), 3);
+        assert!(!d.contains(Time::from_millis(4), &dev("a"), "m1"), "the oldest went");
+        assert!(d.contains(Time::from_millis(4), &dev("b"), "m1"));
+        d.insert(Time::from_millis(5), &dev("d"), "m1", ());
+        assert!(!d.contains(Time::from_millis(5), &dev("b"), "m1"));
+        assert!(!d.windows.contains_key(&dev("b")), "an emptied window goes too");
+    }
+
+    #[test]
     fn expiry_frees_windows() {
-        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000);
+        let mut d: Dedup = Dedup::new(Duration::from_secs(600), 4000, 16_384);
         d.insert(Time::ZERO, &dev("a"), "m1", ());
         d.expire(Time::from_secs(601));
         assert!(d.is_empty());

@@ -117,6 +117,18 @@ impl Hold {
         self.bytes
     }
 
+    /// When the oldest held output was held.
+    pub fn oldest(&self) -> Option<Time> {
+        self.items.front().map(|(at, _)| *at)
+    }
+
+    /// Drops the oldest held output (to make room in all, L32); returns the bytes freed.
+    pub fn drop_oldest(&mut self) -> usize {
+        let freed = self.items.pop_front().map_or(0, |(_, h)| h.bytes());
+        self.bytes -= freed;
+        freed
+    }
+
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

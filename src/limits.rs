@@ -35,6 +35,16 @@ pub const MAX_DEVICE_FIELD_CHARS: usize = 120;
 pub const MAX_FILENAME_CHARS: usize = 200;
 /// Dedup window entries per device (decisions I1).
 pub const DEDUP_CAPACITY: usize = 4000;
+/// Dedup entries in all, across device ids (decisions L32): the globally oldest go first.
+pub const DEDUP_TOTAL_CAPACITY: usize = 16_384;
+/// Devices the gateway keeps a record of (decisions L32): past it, the offline device idle
+/// the longest is forgotten. Device ids cost nothing to mint for anyone with the app token.
+pub const MAX_KNOWN_DEVICES: usize = 256;
+/// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
+pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
+pub const MAX_OPEN_PROMPTS: usize = 256;
+/// Agent output held for all offline devices together (decisions L32): the oldest goes first.
+pub const MAX_HELD_TOTAL_BYTES: usize = 32 * 1024 * 1024;
 /// The longest a card may live, whatever the agent asks (decisions L27): a day. Longer
 /// cards would pin their state (and the owner's attention) for no use a phone has.
 pub const MAX_PROMPT_TTL_SECS: u64 = 24 * 60 * 60;

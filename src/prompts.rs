@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::agent::{PromptKind, PromptRequest};
 use crate::dedup::Dedup;
 use crate::ids::{DeviceId, PromptId};
-use crate::limits::DEDUP_CAPACITY;
+use crate::limits::{DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY};
 use crate::time::Time;
 use crate::wire::server::{encode, Prompt, PromptDone, PromptOption};
 use crate::wire::Rejection;
@@ -228,7 +228,7 @@ impl Prompts {
     pub fn new(window: Duration) -> Prompts {
         Prompts {
             open: HashMap::new(),
-            closed: Dedup::new(window, DEDUP_CAPACITY),
+            closed: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
             next_seq: 0,
         }
     }
@@ -278,6 +278,16 @@ impl Prompts {
 
     pub fn open_count(&self) -> usize {
         self.open.len()
+    }
+
+    /// Open cards of one device.
+    pub fn open_for(&self, device: &DeviceId) -> usize {
+        self.open.values().filter(|c| &c.device == device).count()
+    }
+
+    /// The earliest expiry of an open card.
+    pub fn next_expiry(&self) -> Option<Time> {
+        self.open.values().map(|c| c.expires_at).min()
     }
 
     pub fn expire_closed(&mut self, now: Time) {

@@ -367,3 +367,62 @@ fn a_final_reply_goes_out_however_many_streams_were_abandoned() {
         (Some("the answer"), Some(true))
     );
 }
+
+fn message_frames(frames: Vec<Value>) -> Vec<(String, bool)> {
+    only(frames, "message")
+        .iter()
+        .map(|f| (f["text"].as_str().unwrap_or("").to_owned(), f["edit"] == true))
+        .collect()
+}
+
+#[test]
+fn a_reply_streamed_across_a_reconnect_stays_one_bubble() {
+    // decisions M2 across a drop and reconnect (issue 8 #5).
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    h.agent(reply("tel-1", "m1", "one", false));
+    assert_eq!(message_frames(h.take(conn)), [("one".to_owned(), false)]);
+    h.close(conn);
+    h.advance_ms(4000);
+    let conn = h.connect("tel-1");
+    h.agent(reply("tel-1", "m1", "one two", false));
+    assert_eq!(
+        message_frames(h.take(conn)),
+        [("one two".to_owned(), true)],
+        "an edit, not a new bubble"
+    );
+    h.agent(reply("tel-1", "m1", "one two three", true));
+    h.close(conn);
+    h.advance_ms(4000);
+    h.connect("tel-1");
+    assert_eq!(
+        h.gw.handle_agent(h.now, reply("tel-1", "m1", "late edit", true)),
+        Err(CommandError::MessageFinished),
+        "no edit after done, reconnect or not"
+    );
+}
+
+#[test]
+fn a_reply_streamed_across_a_replacement_stays_one_bubble() {
+    // decisions H5 with M2 (issue 8 #5).
+    let mut h = Harness::new();
+    let first = h.connect("tel-1");
+    h.agent(reply("tel-1", "m1", "one", false));
+    h.take(first);
+    let second = h.connect("tel-1");
+    assert_eq!(h.closed.get(&first).map(|c| c.1.as_str()), Some("replaced"));
+    h.agent(reply("tel-1", "m1", "one two", true));
+    assert_eq!(message_frames(h.take(second)), [("one two".to_owned(), true)]);
+}
+
+#[test]
+fn reply_bookkeeping_of_an_offline_device_goes_after_the_hold_window() {
+    // issue 8 #5: kept as long as replies can still be edited, and no longer.
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    h.agent(reply("tel-1", "m1", "one", false));
+    h.close(conn);
+    assert_eq!(h.gw.stats().devices_known, 1);
+    h.advance_ms(600_000);
+    assert_eq!(h.gw.stats().devices_known, 0);
+}

@@ -86,3 +86,28 @@ fn a_device_id_with_a_line_break_cannot_forge_a_log_line() {
         "log: {log}"
     );
 }
+
+#[test]
+fn a_peer_that_closes_right_behind_its_message_leaves_nothing_held() {
+    // issue 8 #4: input in order: the turn runs while the connection is still there, so
+    // the agent's reply is not held (up to 8 MiB, 10 minutes) for a device that left.
+    let server = Server::start(&[]);
+    let c = Client::hello(&server, "tel-1");
+    let mut raw = c.ws.get_ref().try_clone().expect("socket");
+    // The text frame and the FIN in one write burst, so that one read sees both.
+    // A client frame by hand (RFC 6455 5.2): FIN + text, masked, a short payload.
+    let payload = json!({"t":"text","id":"m1","text":"hi"}).to_string().into_bytes();
+    let mask = [0x12u8, 0x34, 0x56, 0x78];
+    let mut bytes = vec![0x81, 0x80 | payload.len() as u8];
+    bytes.extend_from_slice(&mask);
+    bytes.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    std::io::Write::write_all(&mut raw, &bytes).expect("send");
+    raw.shutdown(std::net::Shutdown::Write).expect("half-close");
+    wait_until("the server ends the connection", Duration::from_secs(10), || {
+        server.log_text().contains("\"tel-1\" closed")
+    });
+    drop(c);
+    let mut again = Client::hello(&server, "tel-1");
+    again.send(json!({"t":"ping","ts":1}));
+    assert_eq!(again.recv(), json!({"t":"pong","ts":1}), "nothing was held");
+}

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 
 use super::timers::TimerKey;
-use super::{AvatarState, ConnState, Device, Gateway, Output};
+use super::{AvatarState, ConnState, Gateway, Output};
 use crate::agent::{AgentEvent, Audio, UserInfo};
 use crate::auth::{authorize, Role};
 use crate::base64::{decode_into, decoded_len, decoded_len_against};
@@ -19,6 +19,7 @@ use crate::wire::{parse_client_frame, ErrorCode, Rejection};
 impl Gateway {
     /// One whole WebSocket message, text or binary (G6).
     pub fn handle_message(&mut self, now: Time, conn: ConnId, bytes: &[u8]) {
+        self.now = self.now.max(now);
         let Some(c) = self.conns.get(&conn) else {
             log::debug!("{conn:?}: message for a closed connection ignored");
             return;
@@ -84,7 +85,7 @@ impl Gateway {
         if role == Role::Service {
             return; // S2: never addressable.
         }
-        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        let d = self.device_entry(&device);
         d.conn = Some(conn);
         d.name = name;
         d.user = UserInfo {
@@ -237,7 +238,7 @@ impl Gateway {
             // the order of timer and input, and no answer is applied (P4, P5; issue 8 #8).
             let owner = card.device.clone();
             let owner_conn = self.devices.get(&owner).and_then(|d| d.conn);
-            self.on_prompt_timer(now, card.id.clone());
+            self.expire_prompt(now, card.id.clone());
             if owner_conn != Some(conn) {
                 let expired = Closed {
                     option_id: None,

@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::dedup::Dedup;
 use crate::hold::Hold;
 use crate::ids::{ConnId, DeviceId, IdGen, MessageId};
-use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY};
+use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY, MAX_HELD_TOTAL_BYTES, MAX_KNOWN_DEVICES};
 use crate::prompts::Prompts;
 use crate::time::Time;
 use crate::uploads::Uploads;
@@ -153,6 +153,12 @@ struct Device {
     finished: RecentIds,
     hold: Hold,
     hold_slot: Option<Time>,
+    /// Until when its reply bookkeeping (`streams`, `finished`) must outlive a disconnect,
+    /// so that a reply streamed across a reconnect stays one bubble (M2, issue 8 #5).
+    retain_until: Option<Time>,
+    forget_slot: Option<Time>,
+    /// The last hello or agent output, to evict the longest-idle device first (L32).
+    last_active: Time,
 }
 
 impl Device {
@@ -168,13 +174,20 @@ impl Device {
             finished: RecentIds::default(),
             hold: Hold::default(),
             hold_slot: None,
+            retain_until: None,
+            forget_slot: None,
+            last_active: Time::ZERO,
         }
     }
 
-    /// Nothing waits for this device: it may be forgotten. Stream bookkeeping goes with it;
-    /// a later version of such a reply is simply sent as a first version (`edit:false`).
-    fn is_forgettable(&self) -> bool {
-        self.conn.is_none() && self.hold.is_empty() && self.idle_at.is_none()
+    /// Nothing waits for this device: it may be forgotten. Its reply bookkeeping is kept for
+    /// the hold window after its last reply, then goes with it; a later version of such a
+    /// reply is sent as a first version (`edit:false`).
+    fn is_forgettable(&self, now: Time) -> bool {
+        self.conn.is_none()
+            && self.hold.is_empty()
+            && self.idle_at.is_none()
+            && self.retain_until.is_none_or(|t| t <= now)
     }
 }
 
@@ -192,8 +205,11 @@ pub struct Gateway {
     prompts: Prompts,
     timers: Timers,
     sweep_slot: Option<Time>,
+    prompts_slot: Option<Time>,
     outputs: VecDeque<Output>,
     events: VecDeque<AgentEvent>,
+    /// The latest `now` any input carried: the clock for bookkeeping deep in a call chain.
+    now: Time,
 }
 
 impl Gateway {
@@ -204,13 +220,15 @@ impl Gateway {
             config,
             conns: HashMap::new(),
             devices: HashMap::new(),
-            seen: Dedup::new(window, DEDUP_CAPACITY),
-            delivered: Dedup::new(window, DEDUP_CAPACITY),
+            seen: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
+            delivered: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
             prompts: Prompts::new(window),
             timers: Timers::default(),
             sweep_slot: None,
+            prompts_slot: None,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
+            now: Time::ZERO,
         }
     }
 
@@ -257,6 +275,7 @@ impl Gateway {
 
     /// A TCP connection was accepted. The hello timeout runs from now (H7).
     pub fn handle_open(&mut self, now: Time, conn: ConnId, peer: Peer) {
+        self.now = self.now.max(now);
         if self.conns.contains_key(&conn) {
             log::error!("connection {conn:?} opened twice; ignoring the second open");
             return;
@@ -282,12 +301,14 @@ impl Gateway {
 
     /// The connection is gone (closed by the peer, or an I/O error). Its uploads are freed.
     /// Calling it for a connection the gateway already closed is fine.
-    pub fn handle_close(&mut self, _now: Time, conn: ConnId) {
+    pub fn handle_close(&mut self, now: Time, conn: ConnId) {
+        self.now = self.now.max(now);
         self.forget_conn(conn);
     }
 
     /// Fires what is due at `now`. Safe to call spuriously.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.now = self.now.max(now);
         while let Some((at, key)) = self.timers.pop_due(now) {
             match key {
                 TimerKey::Hello(conn) => {
@@ -303,7 +324,21 @@ impl Gateway {
                 TimerKey::Uploads(conn) => self.on_upload_timer(now, at, conn),
                 TimerKey::Idle(device) => self.on_idle_timer(now, at, device),
                 TimerKey::Hold(device) => self.on_hold_timer(now, at, device),
-                TimerKey::Prompt(id) => self.on_prompt_timer(now, id),
+                TimerKey::Forget(device) => {
+                    if let Some(d) = self.devices.get_mut(&device) {
+                        if claim(&mut d.forget_slot, at) {
+                            self.forget_device_if_unused(&device);
+                        }
+                    }
+                }
+                TimerKey::Prompts => {
+                    if claim(&mut self.prompts_slot, at) {
+                        for id in self.prompts.due(now) {
+                            self.expire_prompt(now, id);
+                        }
+                        self.arm_prompts();
+                    }
+                }
                 TimerKey::Sweep => {
                     if claim(&mut self.sweep_slot, at) {
                         self.seen.expire(now);
@@ -383,9 +418,66 @@ impl Gateway {
         true
     }
 
+    /// Forgets the device if nothing waits for it; if only its reply bookkeeping does, the
+    /// forget timer is armed for when that ends.
     fn forget_device_if_unused(&mut self, device: &DeviceId) {
-        if self.devices.get(device).is_some_and(Device::is_forgettable) {
+        let now = self.now;
+        let Some(d) = self.devices.get_mut(device) else { return };
+        if d.is_forgettable(now) {
             self.devices.remove(device);
+        } else if let Some(until) = d.retain_until.filter(|t| *t > now && d.conn.is_none()) {
+            self.timers
+                .arm(&mut d.forget_slot, until, TimerKey::Forget(device.clone()));
+        }
+    }
+
+    /// The device's record, created if new. Past `MAX_KNOWN_DEVICES` (L32), the offline
+    /// device idle the longest is forgotten first, with whatever it held: anyone with the
+    /// app token can mint device ids, and each may hold output and dedup entries.
+    fn device_entry(&mut self, device: &DeviceId) -> &mut Device {
+        if !self.devices.contains_key(device) && self.devices.len() >= MAX_KNOWN_DEVICES {
+            let oldest = self
+                .devices
+                .iter()
+                .filter(|(_, d)| d.conn.is_none())
+                .min_by_key(|(_, d)| d.last_active)
+                .map(|(id, _)| id.clone());
+            if let Some(oldest) = oldest {
+                log::info!("device {oldest:?}: forgotten, {MAX_KNOWN_DEVICES} devices known (L32)");
+                self.devices.remove(&oldest);
+            }
+        }
+        let now = self.now;
+        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        d.last_active = now;
+        d
+    }
+
+    /// Makes room for `bytes` more held output in all (L32): the oldest held output of any
+    /// device goes first. `false` if it cannot fit even then.
+    fn make_hold_room(&mut self, bytes: usize) -> bool {
+        let mut total: usize = self.devices.values().map(|d| d.hold.bytes()).sum();
+        let mut dropped = 0;
+        while total + bytes > MAX_HELD_TOTAL_BYTES {
+            let oldest = self
+                .devices
+                .iter_mut()
+                .filter_map(|(_, d)| d.hold.oldest().map(|at| (at, d)))
+                .min_by_key(|(at, _)| *at);
+            let Some((_, d)) = oldest else { return false };
+            total -= d.hold.drop_oldest();
+            dropped += 1;
+        }
+        if dropped > 0 {
+            log::info!("dropped {dropped} held outputs: {MAX_HELD_TOTAL_BYTES} bytes held for offline devices (L32)");
+        }
+        true
+    }
+
+    /// Arms the cards' one timer for the earliest open card.
+    fn arm_prompts(&mut self) {
+        if let Some(at) = self.prompts.next_expiry() {
+            self.timers.arm(&mut self.prompts_slot, at, TimerKey::Prompts);
         }
     }
 

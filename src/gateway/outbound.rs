@@ -4,12 +4,15 @@ use std::borrow::Cow;
 use std::time::Duration;
 
 use super::timers::{claim, TimerKey};
-use super::{AvatarState, Device, Gateway, MAX_STREAMS_PER_DEVICE};
+use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
 use crate::agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile};
 use crate::chunking::split_reply;
 use crate::hold::Held;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
-use crate::limits::{MAX_ID_CHARS, MAX_MEDIA_BYTES, MAX_PROMPT_TTL_SECS, MEDIA_CHUNK_BYTES};
+use crate::limits::{
+    MAX_ID_CHARS, MAX_MEDIA_BYTES, MAX_OPEN_PROMPTS, MAX_OPEN_PROMPTS_PER_DEVICE, MAX_PROMPT_TTL_SECS,
+    MEDIA_CHUNK_BYTES,
+};
 use crate::mime::guess_mime;
 use crate::prompts::{Card, Closed};
 use crate::time::Time;
@@ -18,6 +21,7 @@ use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Ty
 impl Gateway {
     /// A command from the agent. On error nothing was sent or held.
     pub fn handle_agent(&mut self, now: Time, command: AgentCommand) -> Result<(), CommandError> {
+        self.now = self.now.max(now);
         match command {
             AgentCommand::Reply {
                 device,
@@ -40,6 +44,12 @@ impl Gateway {
                 if self.prompts.is_known(now, &device, &prompt) {
                     return Err(CommandError::DuplicatePrompt);
                 }
+                // L33: bounded per device and in all; every hello re-sends a device's cards.
+                if self.prompts.open_count() >= MAX_OPEN_PROMPTS
+                    || self.prompts.open_for(&device) >= MAX_OPEN_PROMPTS_PER_DEVICE
+                {
+                    return Err(CommandError::TooManyPrompts);
+                }
                 // L17 and L27: at least 1 s, at most MAX_PROMPT_TTL_SECS.
                 let ttl = ttl_secs
                     .map_or(self.config.prompt_ttl, Duration::from_secs)
@@ -47,8 +57,8 @@ impl Gateway {
                 let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
                     .map_err(CommandError::InvalidPrompt)?;
                 let frame = card.frame(now);
-                self.timers.push(card.expires_at, TimerKey::Prompt(prompt));
                 self.prompts.insert(card);
+                self.arm_prompts();
                 // P1: an offline device gets the card when it connects, within its TTL.
                 if let Some(conn) = self.online_conn(&device) {
                     self.send(conn, frame);
@@ -94,7 +104,8 @@ impl Gateway {
         text: &str,
         done: bool,
     ) -> Result<(), CommandError> {
-        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
+        let retain = now + self.config.offline_hold;
+        let d = self.device_entry(&device);
         if d.finished.contains(&message) {
             return Err(CommandError::MessageFinished);
         }
@@ -113,11 +124,18 @@ impl Gateway {
                 }
             }
             None => {
+                if !self.make_hold_room(text.len()) {
+                    return Err(CommandError::HoldFull);
+                }
+                let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.message(now, &message, text, phone_saw, done)?;
                 self.arm_hold(now, &device);
             }
         }
         let d = self.devices.get_mut(&device).expect("the device was created above");
+        // M2 across a reconnect (issue 8 #5): its streams and finished ids outlive a
+        // disconnect for the hold window after its last reply.
+        d.retain_until = Some(retain);
         if done {
             d.streams.remove(&message);
             d.finished.push(message);
@@ -135,8 +153,7 @@ impl Gateway {
             return Err(CommandError::FileTooBig);
         }
         let id = self.ids.frame_id("f");
-        let d = self.devices.entry(device.clone()).or_insert_with(Device::new);
-        match d.conn {
+        match self.device_entry(&device).conn {
             Some(conn) => {
                 for frame in self.media_frames(&id, &file) {
                     self.send(conn, frame);
@@ -144,6 +161,10 @@ impl Gateway {
                 self.after_agent_output(now, &device);
             }
             None => {
+                if !self.make_hold_room(file.data.len()) {
+                    return Err(CommandError::HoldFull);
+                }
+                let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.file(now, id, file)?;
                 self.arm_hold(now, &device);
             }
@@ -203,8 +224,8 @@ impl Gateway {
         }
     }
 
-    pub(super) fn on_prompt_timer(&mut self, now: Time, id: PromptId) {
-        // A card answered before its TTL left a stale timer behind: ignore it.
+    pub(super) fn expire_prompt(&mut self, now: Time, id: PromptId) {
+        // Expires the card if it is still open and its TTL has run out (P5).
         let Some(kind) = self
             .prompts
             .get(id.as_str())

@@ -10,7 +10,7 @@
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
-use crate::ids::{ConnId, DeviceId, PromptId};
+use crate::ids::{ConnId, DeviceId};
 use crate::time::Time;
 
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -19,7 +19,11 @@ pub(crate) enum TimerKey {
     Uploads(ConnId),
     Idle(DeviceId),
     Hold(DeviceId),
-    Prompt(PromptId),
+    /// A device kept offline for its streams' sake (M2 across reconnects) may go.
+    Forget(DeviceId),
+    /// The earliest expiry of any open card: one heap entry for all cards, so answered
+    /// cards leave nothing behind (issue 8 #3).
+    Prompts,
     Sweep,
 }
 

@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
 use hermes_mobile::wire::{DownloadKind, UploadKind};
-use hermes_mobile::{AgentCommand, AgentEvent, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time};
+use hermes_mobile::{
+    AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time,
+};
 
-use super::Agent;
+use super::{Agent, Refused};
 
 const HELP: &str = "Demo agent commands:
 any text — echo: <text>
@@ -352,6 +354,29 @@ impl Agent for DemoAgent {
     fn poll_timeout(&self) -> Option<Time> {
         self.streams.iter().map(|s| s.due).min()
     }
+
+    /// A stream the gateway refused stops stepping (issue 8 #3); a card it refused is
+    /// forgotten; either way the user hears why.
+    fn handle_refused(&mut self, _now: Time, what: Refused, error: &CommandError) {
+        let device = match what {
+            Refused::Reply { device, message } => {
+                let before = self.streams.len();
+                self.streams.retain(|s| s.message != message);
+                if self.streams.len() == before {
+                    return;
+                }
+                device
+            }
+            Refused::Prompt { device, prompt } => {
+                if self.cards.remove(&prompt).is_none() {
+                    return;
+                }
+                device
+            }
+            Refused::Other { .. } => return,
+        };
+        self.say(&device, format!("error: the gateway refused it: {error}"));
+    }
 }
 
 #[cfg(test)]
@@ -381,6 +406,43 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_stream_the_gateway_refused_stops_and_the_user_hears_why() {
+        // issue 8 #3: refused streams must not keep stepping, copying their text.
+        let mut agent = DemoAgent::new(Duration::from_millis(100));
+        let cmds = text(&mut agent, Time::ZERO, "/stream a b c d");
+        let Some(AgentCommand::Reply { device, message, .. }) = cmds.first().cloned() else {
+            panic!("{cmds:?}")
+        };
+        agent.handle_refused(
+            Time::ZERO,
+            Refused::Reply { device, message },
+            &CommandError::TooManyStreams,
+        );
+        assert_eq!(agent.poll_timeout(), None, "nothing left to step");
+        let said = reply_text(&std::iter::from_fn(|| agent.poll_command()).collect::<Vec<_>>());
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].0.starts_with("error: the gateway refused it: too many replies"),
+            "{said:?}"
+        );
+    }
+
+    #[test]
+    fn a_card_the_gateway_refused_is_forgotten() {
+        let mut agent = DemoAgent::new(Duration::from_millis(100));
+        let cmds = text(&mut agent, Time::ZERO, "/confirm x");
+        let Some(AgentCommand::OpenPrompt { device, prompt, .. }) = cmds.first().cloned() else {
+            panic!("{cmds:?}")
+        };
+        agent.handle_refused(
+            Time::ZERO,
+            Refused::Prompt { device, prompt },
+            &CommandError::TooManyPrompts,
+        );
+        assert!(agent.cards.is_empty());
     }
 
     #[test]

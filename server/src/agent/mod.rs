@@ -4,7 +4,36 @@
 
 pub mod demo;
 
-use hermes_mobile::{AgentCommand, AgentEvent, Time};
+use hermes_mobile::{AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, PromptId, Time};
+
+/// What a command the gateway refused was about, so that the agent can stop what it was
+/// doing (a stream that will never be shown, a card that was never opened).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Reply { device: DeviceId, message: MessageId },
+    Prompt { device: DeviceId, prompt: PromptId },
+    Other { device: DeviceId },
+}
+
+impl Refused {
+    /// Taken before the command is handed over (it is moved, and may carry a file).
+    pub fn of(command: &AgentCommand) -> Refused {
+        match command {
+            AgentCommand::Reply { device, message, .. } => Refused::Reply {
+                device: device.clone(),
+                message: message.clone(),
+            },
+            AgentCommand::OpenPrompt { device, prompt, .. } => Refused::Prompt {
+                device: device.clone(),
+                prompt: prompt.clone(),
+            },
+            AgentCommand::SendFile { device, .. }
+            | AgentCommand::Typing { device }
+            | AgentCommand::Avatar { device, .. }
+            | AgentCommand::EndTurn { device } => Refused::Other { device: device.clone() },
+        }
+    }
+}
 
 pub trait Agent {
     /// Something happened on the gateway.
@@ -15,4 +44,6 @@ pub trait Agent {
     fn poll_command(&mut self) -> Option<AgentCommand>;
     /// When `handle_timeout` should next be called.
     fn poll_timeout(&self) -> Option<Time>;
+    /// The gateway refused a command (nothing of it was sent).
+    fn handle_refused(&mut self, _now: Time, _what: Refused, _error: &CommandError) {}
 }

@@ -12,7 +12,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::agent::demo::DemoAgent;
-use crate::agent::Agent;
+use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
 use crate::conn::{Conn, Incoming, Phase};
 use crate::http::{self, Head, Route};
@@ -49,6 +49,9 @@ pub struct Server {
     dead: Vec<usize>,
     touched: Vec<usize>,
     incoming: Vec<Incoming>,
+    /// Connections whose peer closed in the same read as its last messages: ended after
+    /// those messages' turns have run (issue 8 #4), not before.
+    ended_after_drive: Vec<(usize, String)>,
     due: Vec<Entry>,
     shutdown_at: Option<Instant>,
     /// accept() is failing for lack of resources: warn once per streak, not every retry.
@@ -102,6 +105,7 @@ impl Server {
             dead: Vec::new(),
             touched: Vec::new(),
             incoming: Vec::new(),
+            ended_after_drive: Vec::new(),
             due: Vec::new(),
             shutdown_at: None,
             accept_failing: false,
@@ -157,6 +161,9 @@ impl Server {
             }
             self.fire_timers(now);
             self.drive(now);
+            for (key, reason) in std::mem::take(&mut self.ended_after_drive) {
+                self.kill(key, &reason);
+            }
             for key in self.dead.drain(..) {
                 if self.conns.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
                     self.conns.remove(key);
@@ -347,6 +354,7 @@ impl Server {
         let read = conn.read_ws(now, &mut incoming);
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
         let t = self.time(now);
+        let handed = in_core && !incoming.is_empty();
         for msg in incoming.drain(..) {
             if !in_core {
                 continue;
@@ -359,10 +367,15 @@ impl Server {
             }
         }
         self.incoming = incoming;
-        if let Err(reason) = read {
-            return self.kill(key, &reason);
-        }
         self.touched.push(key);
+        if let Err(reason) = read {
+            if handed {
+                // Input in order: the agent answers these messages first, and its reply
+                // goes to this connection, not into the hold of a device that left.
+                return self.ended_after_drive.push((key, reason));
+            }
+            self.kill(key, &reason);
+        }
     }
 
     /// Feeds core events to the agent and agent commands to the core until both are quiet,
@@ -382,8 +395,10 @@ impl Server {
             }
             while let Some(command) = self.agent.poll_command() {
                 progress = true;
+                let what = Refused::of(&command);
                 if let Err(e) = self.core.handle_agent(t, command) {
-                    log::warn!("agent command refused: {e}");
+                    log::warn!("agent command refused ({what:?}): {e}");
+                    self.agent.handle_refused(t, what, &e);
                 }
             }
             if !progress {
