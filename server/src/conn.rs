@@ -20,6 +20,10 @@ use crate::http::MAX_HEAD_BYTES;
 /// Bytes of small frames gathered before tungstenite writes them out.
 const WRITE_BATCH: usize = 16 * 1024;
 
+/// Messages read from one connection per loop turn (issue 8 #14): a fast peer cannot
+/// starve the others, nor pile up a turn's worth of buffers, by never reaching `WouldBlock`.
+pub const READ_BUDGET: usize = 32;
+
 /// The tungstenite settings for a Raspberry Pi (decisions G7, style.md).
 pub fn ws_config() -> WebSocketConfig {
     let max = hermes_mobile::limits::MAX_FRAME_BYTES;
@@ -94,6 +98,15 @@ pub struct Conn {
     pub device: Option<String>,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
+}
+
+/// How a read ended, when it did not fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drained {
+    /// The socket said `WouldBlock`: the next readiness event brings more.
+    All,
+    /// The budget ran out first: read again next turn (no event will come for it).
+    Budget,
 }
 
 /// What reading a WebSocket produced.
@@ -203,19 +216,28 @@ impl Conn {
         }
     }
 
-    /// Reads every whole message available. `Err` ends the connection (closed or broken).
-    pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<(), String> {
-        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+    /// Reads whole messages, up to [`READ_BUDGET`]. `Err` ends the connection (closed or
+    /// broken).
+    pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<Drained, String> {
+        let Phase::Ws(ws) = &mut self.phase else {
+            return Ok(Drained::All);
+        };
         if self.poisoned {
             return match discard_input(ws.get_mut()) {
-                Ok(true) => Ok(()),
+                Ok(true) => Ok(Drained::All),
                 Ok(false) => Err("closed by peer".into()),
                 Err(e) => Err(format!("read failed: {e}")),
             };
         }
+        // Control frames count too: a flood of pings is work as well.
+        let mut read = 0;
         loop {
+            if read >= READ_BUDGET {
+                return Ok(Drained::Budget);
+            }
             match ws.read() {
                 Ok(msg) => {
+                    read += 1;
                     self.last_rx = now;
                     self.pinged = false;
                     match msg {
@@ -234,13 +256,13 @@ impl Conn {
                 Err(tungstenite::Error::Capacity(_)) => {
                     self.poisoned = true;
                     into.push(Incoming::TooBig);
-                    return Ok(());
+                    return Ok(Drained::All);
                 }
                 Err(tungstenite::Error::Utf8(_)) => into.push(Incoming::InvalidUtf8),
                 Err(e) => return Err(format!("websocket error: {e}")),
             }
         }
-        Ok(())
+        Ok(Drained::All)
     }
 
     pub fn queue(&mut self, frame: String) {

@@ -111,3 +111,21 @@ fn a_peer_that_closes_right_behind_its_message_leaves_nothing_held() {
     again.send(json!({"t":"ping","ts":1}));
     assert_eq!(again.recv(), json!({"t":"pong","ts":1}), "nothing was held");
 }
+
+#[test]
+fn a_flood_is_read_in_budgets_and_nothing_of_it_is_lost() {
+    // issue 8 #14: reading stops after a budget per loop turn and resumes next turn.
+    let server = Server::start(&[]);
+    let mut flood = Client::hello(&server, "tel-1");
+    let mut other = Client::hello(&server, "tel-2");
+    for i in 0..500 {
+        let ping = json!({"t":"ping","ts":i}).to_string();
+        flood.ws.write(Message::Text(ping.into())).expect("queue");
+    }
+    flood.ws.flush().expect("one burst");
+    other.send(json!({"t":"ping","ts":"other"}));
+    assert_eq!(other.recv(), json!({"t":"pong","ts":"other"}));
+    for i in 0..500 {
+        assert_eq!(flood.recv(), json!({"t":"pong","ts":i}), "pong {i} of 500");
+    }
+}

@@ -14,7 +14,7 @@ use slab::Slab;
 use crate::agent::demo::DemoAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
-use crate::conn::{Conn, Incoming, Phase};
+use crate::conn::{Conn, Drained, Incoming, Phase};
 use crate::http::{self, Head, Route};
 use crate::signals;
 use crate::state::MediaStore;
@@ -49,6 +49,9 @@ pub struct Server {
     dead: Vec<usize>,
     touched: Vec<usize>,
     incoming: Vec<Incoming>,
+    /// Connections that had more to read when their read budget ran out (no readiness
+    /// event will come for what is already buffered): read again next turn.
+    read_again: Vec<usize>,
     /// Connections whose peer closed in the same read as its last messages: ended after
     /// those messages' turns have run (issue 8 #4), not before.
     ended_after_drive: Vec<(usize, String)>,
@@ -106,6 +109,7 @@ impl Server {
             touched: Vec::new(),
             incoming: Vec::new(),
             ended_after_drive: Vec::new(),
+            read_again: Vec::new(),
             due: Vec::new(),
             shutdown_at: None,
             accept_failing: false,
@@ -146,12 +150,18 @@ impl Server {
                 let left = deadline.saturating_duration_since(Instant::now());
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
             }
+            if !self.read_again.is_empty() {
+                timeout = Some(Duration::ZERO);
+            }
             match self.poll.poll(&mut events, timeout) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
+            for key in std::mem::take(&mut self.read_again) {
+                self.on_io(key, now);
+            }
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(now),
@@ -368,6 +378,9 @@ impl Server {
         }
         self.incoming = incoming;
         self.touched.push(key);
+        if read == Ok(Drained::Budget) {
+            self.read_again.push(key);
+        }
         if let Err(reason) = read {
             if handed {
                 // Input in order: the agent answers these messages first, and its reply
