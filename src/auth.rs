@@ -23,8 +23,15 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 pub enum Role {
     /// A phone: addressable by its device id.
     Device,
-    /// A `MOBILE_DELIVER_TOKENS` connection: may `deliver`, never addressable (S2).
-    Service,
+    /// A `MOBILE_DELIVER_TOKENS` connection: may `deliver`, never addressable (S2). The
+    /// index of its token is the sender its `deliver` ids are deduplicated under (L34).
+    Service(u16),
+}
+
+impl Role {
+    pub fn is_service(self) -> bool {
+        matches!(self, Role::Service(_))
+    }
 }
 
 /// Checks a token and a device id against the configuration.
@@ -34,9 +41,11 @@ pub fn authorize(config: &Config, token: &str, device_id: &str) -> Result<Role, 
         return Err(Rejection::new(ErrorCode::AuthFailed, "token is required"));
     }
     let main = ct_eq(token, config.token.as_bytes());
-    let mut service = false;
-    for t in &config.deliver_tokens {
-        service |= ct_eq(token, t.as_bytes());
+    let mut service = None;
+    for (i, t) in config.deliver_tokens.iter().enumerate() {
+        if ct_eq(token, t.as_bytes()) && service.is_none() {
+            service = Some(u16::try_from(i).unwrap_or(u16::MAX));
+        }
     }
     // H2 both ways: the token's own binding, and the device id's bindings.
     let mut bound_elsewhere = false;
@@ -51,19 +60,24 @@ pub fn authorize(config: &Config, token: &str, device_id: &str) -> Result<Role, 
         device_is_bound |= same_device;
         device_accepts |= same_device && same_token;
     }
-    if !(main || service || bound_here || bound_elsewhere) {
+    if !(main || service.is_some() || bound_here || bound_elsewhere) {
         return Err(Rejection::new(ErrorCode::AuthFailed, "invalid token"));
     }
-    if (bound_elsewhere && !bound_here && !main && !service) || (device_is_bound && !device_accepts) {
+    if (bound_elsewhere && !bound_here && !main && service.is_none()) || (device_is_bound && !device_accepts) {
         return Err(Rejection::new(
             ErrorCode::Forbidden,
             "device id is bound to another token",
         ));
     }
+    // H3 is about phones: a service connection is never a device (S2), so the list of
+    // allowed devices does not apply to it (L34).
+    if let Some(index) = service {
+        return Ok(Role::Service(index));
+    }
     if !config.allowed_devices.is_empty() && !config.allowed_devices.iter().any(|d| d == device_id) {
         return Err(Rejection::new(ErrorCode::AuthFailed, "device is not allowed"));
     }
-    Ok(if service { Role::Service } else { Role::Device })
+    Ok(Role::Device)
 }
 
 #[cfg(test)]

@@ -222,3 +222,42 @@ fn repeated_deliver_is_confirmed_but_not_resent() {
     );
     assert_eq!(h.take(phone).len(), 1);
 }
+
+#[test]
+fn the_allowed_device_list_is_for_phones_not_for_service_connections() {
+    // decisions H3, S2, L34 (issue 8 #16)
+    let mut config = config();
+    config.allowed_devices = vec!["tel-1".into()];
+    let mut h = Harness::with_config(config);
+    let phone = h.connect("tel-1");
+    let cron = service(&mut h);
+    h.send(cron, deliver("d1", "tel-1", "still delivered"));
+    assert_eq!(h.take(cron)[0]["t"], "delivered");
+    assert_eq!(h.take(phone)[0]["text"], "still delivered");
+    let stranger = h.open();
+    h.send(stranger, json!({"t":"hello","token":TOKEN,"device":{"id":"tel-9"}}));
+    assert_eq!(
+        error_of(&h.take(stranger))["code"],
+        "auth_failed",
+        "phones still need the list"
+    );
+}
+
+#[test]
+fn a_service_retry_is_recognised_whatever_device_id_its_new_connection_says() {
+    // decisions S4, L34 (issue 8 #16): a service's deliveries are its token's.
+    let mut h = Harness::with_config(config());
+    let phone = h.connect("tel-1");
+    for device in [json!({}), json!({"id":"cron-retry"})] {
+        let conn = h.open();
+        h.send(conn, json!({"t":"hello","token":SERVICE,"device":device}));
+        assert_eq!(h.take(conn)[0]["t"], "ready");
+        h.send(conn, deliver("nightly-1", "tel-1", "backup finished"));
+        assert_eq!(
+            h.take(conn),
+            vec![json!({"t":"delivered","id":"nightly-1","device":"tel-1"})]
+        );
+        h.close(conn);
+    }
+    assert_eq!(h.take(phone).len(), 1, "sent once");
+}

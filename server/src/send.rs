@@ -33,7 +33,9 @@ USAGE:
   --token TOKEN    [default: the first MOBILE_DELIVER_TOKENS entry, else MOBILE_TOKEN,
                    else the token in the state directory]
   --id ID          the delivery id; repeat it to retry without sending twice [default: new]
-  --device ID      the device id this sender says hello as [default: hermes-send]
+  --device ID      the device id this sender says hello as [default: hermes-send-<from
+                   the delivery id>, so that two jobs at once never replace each other and a
+                   retry with the same --id is recognised]
   --timeout SECS   give up after this long [default: 10]
   --env-file PATH  the service's settings [default: /etc/hermes-mobile/hermes-mobile.env if it
                    exists; the environment wins; '' reads none]
@@ -51,7 +53,7 @@ struct Args {
     url: Option<String>,
     token: Option<String>,
     id: Option<String>,
-    device: String,
+    device: Option<String>,
     timeout: Duration,
 }
 
@@ -64,7 +66,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         url: None,
         token: None,
         id: None,
-        device: "hermes-send".into(),
+        device: None,
         timeout: Duration::from_secs(10),
     };
     let mut i = 0;
@@ -88,7 +90,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--url" => a.url = Some(value()?),
             "--token" => a.token = Some(value()?),
             "--id" => a.id = Some(value()?),
-            "--device" => a.device = value()?,
+            "--device" => a.device = Some(value()?),
             "--timeout" => {
                 let v = value()?;
                 let secs: f64 = v.parse().map_err(|_| format!("--timeout must be seconds, got {v:?}"))?;
@@ -130,6 +132,16 @@ fn default_token(env: &HashMap<String, String>) -> Result<String, String> {
                 dir.display()
             )
         })
+}
+
+/// The device id a `send` says hello as: one per delivery id (FNV-1a), so that two cron
+/// jobs at once never replace each other (H5), while a retry with the same `--id` is the same
+/// sender and the gateway confirms it without sending twice (S4, L34).
+fn sender_device(id: &str) -> String {
+    let hash = id.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    format!("hermes-send-{hash:016x}")
 }
 
 fn kind_for(path: &std::path::Path) -> &'static str {
@@ -187,6 +199,7 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
         format!("send-{ms}-{}", std::process::id())
     });
     deliver["id"] = json!(id);
+    let device = a.device.clone().unwrap_or_else(|| sender_device(&id));
     if let Some(text) = &a.text {
         deliver["text"] = json!(text);
     }
@@ -230,7 +243,7 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
     let (mut ws, _) = tungstenite::client(url.as_str(), stream)
         .map_err(|e| failed(format!("WebSocket handshake with {url} failed: {e}")))?;
 
-    let hello = json!({"t": "hello", "token": token, "device": {"id": a.device, "name": "hermes-mobile send"}});
+    let hello = json!({"t": "hello", "token": token, "device": {"id": device, "name": "hermes-mobile send"}});
     let send = |ws: &mut tungstenite::WebSocket<TcpStream>, v: &Value| {
         ws.send(Message::Text(v.to_string().into()))
             .map_err(|e| failed(format!("send failed: {e}")))
@@ -268,5 +281,19 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_delivery_id_says_hello_as_its_own_device_and_a_retry_as_the_same() {
+        // issue 8 #16, decisions H5, S4, L34
+        assert_ne!(sender_device("job-a"), sender_device("job-b"));
+        assert_eq!(sender_device("nightly-1"), sender_device("nightly-1"));
+        assert!(sender_device("x").starts_with("hermes-send-"));
+        assert!(sender_device(&"x".repeat(1000)).chars().count() <= 120, "within G8");
     }
 }

@@ -94,3 +94,25 @@ fn unreachable_gateway_exits_1() {
     );
     assert_eq!(code, 1, "{err}");
 }
+
+#[test]
+fn two_sends_at_once_with_the_app_token_both_deliver() {
+    // issue 8 #16: they used to say hello as the same device and replace each other.
+    let server = Server::start(&[]);
+    let mut phone = Client::hello(&server, "tel-1");
+    let port = server.port.to_string();
+    let spawn = |text: &str| {
+        Command::new(binary())
+            .args(["send", "--to", "tel-1", "--text", text, "--token", TOKEN])
+            .env_clear()
+            .env("MOBILE_ENV_FILE", "")
+            .env("MOBILE_PORT", &port)
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn("from job a"), spawn("from job b"));
+    assert_eq!((a.wait().unwrap().code(), b.wait().unwrap().code()), (Some(0), Some(0)));
+    let mut texts = vec![phone.recv()["text"].clone(), phone.recv()["text"].clone()];
+    texts.sort_by_key(|t| t.to_string());
+    assert_eq!(texts, ["from job a", "from job b"]);
+}

@@ -80,9 +80,9 @@ impl Gateway {
         self.outputs.push_back(Output::Authenticated {
             conn,
             device: device.clone(),
-            service: role == Role::Service,
+            service: role.is_service(),
         });
-        if role == Role::Service {
+        if role.is_service() {
             return; // S2: never addressable.
         }
         let d = self.device_entry(&device);
@@ -105,7 +105,7 @@ impl Gateway {
             frame,
             ClientFrame::Text(_) | ClientFrame::Audio(_) | ClientFrame::Media(_) | ClientFrame::Prompt(_)
         );
-        if user_frame && role == Role::Service {
+        if user_frame && role.is_service() {
             // S2: a service connection has no session for the agent to answer.
             let r = Rejection::new(ErrorCode::Forbidden, "service connections may only deliver");
             return self.send_error(conn, &r, false);
@@ -279,11 +279,20 @@ impl Gateway {
         let peer = self.conns.get(&conn).map(|c| c.peer).unwrap_or_default();
         // S1: a service token, or loopback that no proxy vouched for.
         let trusted_loopback = peer.loopback && !peer.forwarded;
-        if role != Role::Service && !trusted_loopback {
+        if !role.is_service() && !trusted_loopback {
             let r = Rejection::new(ErrorCode::Forbidden, "deliver is only for service connections");
             return self.send_error(conn, &r.with_id(Some(id)), false);
         }
-        // S4: a repeat is confirmed again, not re-sent.
+        // S4: a repeat is confirmed again, not re-sent. A service's deliveries are its
+        // token's, whatever device id each of its connections says (L34).
+        let service_sender;
+        let sender = match role {
+            Role::Service(index) => {
+                service_sender = DeviceId(format!("service:{index}"));
+                &service_sender
+            }
+            Role::Device => sender,
+        };
         if let Some(target) = self.delivered.get(now, sender, id) {
             let frame = encode(
                 "delivered",
