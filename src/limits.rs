@@ -40,6 +40,9 @@ pub const DEDUP_TOTAL_CAPACITY: usize = 16_384;
 /// Devices the gateway keeps a record of (decisions L32): past it, the offline device idle
 /// the longest is forgotten. Device ids cost nothing to mint for anyone with the app token.
 pub const MAX_KNOWN_DEVICES: usize = 256;
+/// The largest WebSocket message accepted before `hello` (decisions L35): a hello is a few
+/// hundred bytes, so an unauthenticated peer never gets to make the server buffer 16 MiB.
+pub const MAX_PRE_HELLO_FRAME_BYTES: usize = 64 * 1024;
 /// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
 pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
 pub const MAX_OPEN_PROMPTS: usize = 256;

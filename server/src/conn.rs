@@ -24,9 +24,12 @@ const WRITE_BATCH: usize = 16 * 1024;
 /// starve the others, nor pile up a turn's worth of buffers, by never reaching `WouldBlock`.
 pub const READ_BUDGET: usize = 32;
 
-/// The tungstenite settings for a Raspberry Pi (decisions G7, style.md).
+/// The tungstenite settings for a Raspberry Pi (decisions G7, style.md). Messages are capped
+/// at `MAX_PRE_HELLO_FRAME_BYTES` until the core authenticates the connection (L35), then at
+/// `MAX_FRAME_BYTES` ([`Conn::authenticated`]).
 pub fn ws_config() -> WebSocketConfig {
     let max = hermes_mobile::limits::MAX_FRAME_BYTES;
+    let before_hello = hermes_mobile::limits::MAX_PRE_HELLO_FRAME_BYTES;
     WebSocketConfig::default()
         // Small: most frames are a few hundred bytes; big ones grow the buffer as they come.
         .read_buffer_size(4 * 1024)
@@ -35,9 +38,9 @@ pub fn ws_config() -> WebSocketConfig {
         .write_buffer_size(WRITE_BATCH)
         // At most a batch and one frame sit in tungstenite (the largest is a ~4 MiB chunk).
         .max_write_buffer_size(max + WRITE_BATCH + 64 * 1024)
-        // Refused before buffered whole (G7).
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max))
+        // Refused before buffered whole (G7, L35).
+        .max_message_size(Some(before_hello))
+        .max_frame_size(Some(before_hello))
 }
 
 /// Reads and drops whatever the peer has sent. `Ok(false)` once it has closed its side.
@@ -94,7 +97,9 @@ pub struct Conn {
     pub in_core: bool,
     pub last_rx: Instant,
     pub pinged: bool,
-    /// The device, once authenticated (for logs).
+    /// The device, once authenticated (for logs). Until then messages are capped at
+    /// `MAX_PRE_HELLO_FRAME_BYTES` and read one per loop turn, so that the core sees the
+    /// hello (and the cap is raised) before anything behind it is read (L35).
     pub device: Option<String>,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
@@ -230,9 +235,10 @@ impl Conn {
             };
         }
         // Control frames count too: a flood of pings is work as well.
+        let budget = if self.device.is_some() { READ_BUDGET } else { 1 };
         let mut read = 0;
         loop {
-            if read >= READ_BUDGET {
+            if read >= budget {
                 return Ok(Drained::Budget);
             }
             match ws.read() {
@@ -331,6 +337,17 @@ impl Conn {
             }
         }
         Ok(())
+    }
+
+    /// The core accepted the `hello`: messages up to `MAX_FRAME_BYTES` from now on (L35).
+    pub fn authenticated(&mut self) {
+        if let Phase::Ws(ws) = &mut self.phase {
+            let max = hermes_mobile::limits::MAX_FRAME_BYTES;
+            ws.set_config(|c| {
+                c.max_message_size = Some(max);
+                c.max_frame_size = Some(max);
+            });
+        }
     }
 
     /// Sends a WebSocket ping (decisions K2).

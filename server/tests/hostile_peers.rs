@@ -109,7 +109,12 @@ fn a_peer_that_closes_right_behind_its_message_leaves_nothing_held() {
     drop(c);
     let mut again = Client::hello(&server, "tel-1");
     again.send(json!({"t":"ping","ts":1}));
-    assert_eq!(again.recv(), json!({"t":"pong","ts":1}), "nothing was held");
+    assert_eq!(
+        again.recv(),
+        json!({"t":"pong","ts":1}),
+        "nothing was held; log: {}",
+        server.log_text()
+    );
 }
 
 #[test]
@@ -128,4 +133,40 @@ fn a_flood_is_read_in_budgets_and_nothing_of_it_is_lost() {
     for i in 0..500 {
         assert_eq!(flood.recv(), json!({"t":"pong","ts":i}), "pong {i} of 500");
     }
+}
+
+#[test]
+fn before_hello_a_message_over_64_kib_is_refused_unbuffered() {
+    // decisions L35 with G7, G10: an unauthenticated peer cannot make the server hold 16 MiB.
+    let server = Server::start(&[]);
+    let mut c = Client::connect(&server);
+    let big = json!({"t":"hello","token":TOKEN,"device":{"id":"x".repeat(100 * 1024)}}).to_string();
+    let _ = c.ws.send(Message::Text(big.into()));
+    let (frames, close) = c.closed();
+    assert_eq!(
+        frames.last().map(|f| f["code"].clone()),
+        Some(json!("too_big")),
+        "{frames:?}"
+    );
+    assert_eq!(close, Some((1008, "too_big".into())));
+}
+
+#[test]
+fn a_big_message_right_behind_the_hello_is_read_after_the_hello_raised_the_cap() {
+    // decisions L35: the cap is lifted as soon as the hello is accepted, even if the client
+    // did not wait for `ready`.
+    let server = Server::start(&[]);
+    let mut c = Client::connect(&server);
+    let hello = json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"}}).to_string();
+    let data = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![7u8; 1024 * 1024]);
+    let media = json!({"t":"media","id":"f1","kind":"document","filename":"a.bin","data":data}).to_string();
+    c.ws.write(Message::Text(hello.into())).expect("queue");
+    c.ws.write(Message::Text(media.into())).expect("queue");
+    c.ws.flush().expect("one burst");
+    assert_eq!(c.recv()["t"], "ready");
+    let frames = c.until("message");
+    assert_eq!(
+        frames.last().unwrap()["text"],
+        "got document a.bin (1048576 bytes, application/octet-stream)"
+    );
 }

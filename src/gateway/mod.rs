@@ -292,11 +292,15 @@ impl Gateway {
         self.timers.push(now + self.config.hello_timeout, TimerKey::Hello(conn));
     }
 
-    /// The WebSocket layer refused a message over `MAX_FRAME_BYTES` before buffering it (G7).
+    /// The WebSocket layer refused a message over `MAX_FRAME_BYTES` (or, before `hello`,
+    /// over `MAX_PRE_HELLO_FRAME_BYTES`, L35) before buffering it (G7).
     pub fn handle_frame_too_big(&mut self, _now: Time, conn: ConnId) {
-        if self.conns.contains_key(&conn) {
-            self.fail(conn, Rejection::too_big("frame is over 16 MiB"));
-        }
+        let Some(c) = self.conns.get(&conn) else { return };
+        let message = match c.state {
+            ConnState::AwaitingHello => "frame before hello is over 64 KiB",
+            ConnState::Ready { .. } => "frame is over 16 MiB",
+        };
+        self.fail(conn, Rejection::too_big(message));
     }
 
     /// The connection is gone (closed by the peer, or an I/O error). Its uploads are freed.

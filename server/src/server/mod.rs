@@ -364,7 +364,6 @@ impl Server {
         let read = conn.read_ws(now, &mut incoming);
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
         let t = self.time(now);
-        let handed = in_core && !incoming.is_empty();
         for msg in incoming.drain(..) {
             if !in_core {
                 continue;
@@ -382,12 +381,10 @@ impl Server {
             self.read_again.push(key);
         }
         if let Err(reason) = read {
-            if handed {
-                // Input in order: the agent answers these messages first, and its reply
-                // goes to this connection, not into the hold of a device that left.
-                return self.ended_after_drive.push((key, reason));
-            }
-            self.kill(key, &reason);
+            // Input in order: messages read from this connection in this turn (in this call
+            // or an earlier one) are answered first, while the device is still online, so
+            // the agent's reply is not held for a device that left (issue 8 #4).
+            self.ended_after_drive.push((key, reason));
         }
     }
 
@@ -459,6 +456,7 @@ impl Server {
                     if service { " (service)" } else { "" }
                 );
                 conn.device = Some(device.0);
+                conn.authenticated();
             }
         }
         self.touched.push(key);
