@@ -43,6 +43,9 @@ pub const MAX_KNOWN_DEVICES: usize = 256;
 /// The largest WebSocket message accepted before `hello` (decisions L35): a hello is a few
 /// hundred bytes, so an unauthenticated peer never gets to make the server buffer 16 MiB.
 pub const MAX_PRE_HELLO_FRAME_BYTES: usize = 64 * 1024;
+/// Room reserved for parts still to come, across all connections (decisions L31): a first
+/// part may announce up to 8 MiB more, which must not be 8 MiB per connection for 4 KiB sent.
+pub const MAX_SPECULATIVE_UPLOAD_BYTES: usize = 32 * 1024 * 1024;
 /// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
 pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
 pub const MAX_OPEN_PROMPTS: usize = 256;

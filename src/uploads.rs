@@ -71,6 +71,17 @@ fn mime_for(chunk: &MediaChunk<'_>) -> String {
 impl Uploads {
     /// Takes one `media` chunk. On error the upload it belonged to is gone (U3).
     pub fn accept(&mut self, now: Time, chunk: &MediaChunk<'_>) -> Result<ChunkOutcome, Rejection> {
+        self.accept_within(now, chunk, usize::MAX)
+    }
+
+    /// [`Uploads::accept`], with at most `shared_room` bytes of speculative room in all for
+    /// this device's uploads: the gateway's share across devices (L31).
+    pub fn accept_within(
+        &mut self,
+        now: Time,
+        chunk: &MediaChunk<'_>,
+        shared_room: usize,
+    ) -> Result<ChunkOutcome, Rejection> {
         // Every size limit below is at most the room left in the device's buffer (a file's
         // bytes are inside it), so the size is exact wherever it decides a refusal (L11).
         const _: () = assert!(MAX_MEDIA_BYTES <= MAX_UPLOAD_BUFFER_BYTES);
@@ -118,7 +129,7 @@ impl Uploads {
             };
             self.open.insert(id.to_owned(), upload);
         }
-        let mut room = self.room_for(id, size);
+        let mut room = self.room_for(id, size, shared_room);
         let upload = self.open.get_mut(id).expect("present: found or inserted above");
         let (bytes_before, held_before) = (upload.assembly.bytes(), upload.assembly.held());
         let placed = upload.assembly.place(chunk.part, &chunk.data, &mut room);
@@ -167,8 +178,9 @@ impl Uploads {
     /// come (L31). When the part itself would take the uploads past the budget, the other
     /// uploads first give back their speculative room: their bytes are within the limits
     /// (U2), so after that the budget is bytes, not guesses.
-    fn room_for(&mut self, id: &str, size: usize) -> usize {
-        if self.held + size > MAX_UPLOAD_BUFFER_BYTES {
+    fn room_for(&mut self, id: &str, size: usize, shared_room: usize) -> usize {
+        let speculative = self.speculative();
+        if self.held + size > MAX_UPLOAD_BUFFER_BYTES || speculative > shared_room {
             for (other, u) in self.open.iter_mut().filter(|(other, _)| other.as_str() != id) {
                 let before = u.assembly.held();
                 u.assembly.reclaim();
@@ -179,7 +191,15 @@ impl Uploads {
                 );
             }
         }
-        MAX_UPLOAD_BUFFER_BYTES.saturating_sub(self.held + size)
+        let shared_left = shared_room.saturating_sub(self.speculative());
+        MAX_UPLOAD_BUFFER_BYTES
+            .saturating_sub(self.held + size)
+            .min(shared_left)
+    }
+
+    /// Room reserved beyond the bytes received: what a client's announced `parts` bought.
+    pub fn speculative(&self) -> usize {
+        self.held.saturating_sub(self.buffered)
     }
 
     fn drop_upload(&mut self, id: &str) {

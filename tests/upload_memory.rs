@@ -3,6 +3,7 @@
 //! declares, not only what `Stats.upload_bytes` counts.
 mod common;
 use common::*;
+use hermes_mobile::limits::MAX_SPECULATIVE_UPLOAD_BYTES;
 use serde_json::json;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,4 +90,26 @@ fn the_budget_holds_while_uploads_fill_it_in_any_order() {
     assert!(peak <= 8 * MIB + SLACK, "peak {} KiB", peak / KIB);
     let done: Vec<_> = h.take_events();
     assert_eq!(done.len(), 4, "every file completed");
+}
+
+#[test]
+fn across_devices_the_room_announced_by_first_parts_is_shared_and_bounded() {
+    // decisions L31: 4 KiB sent must not pin 8 MiB per connection.
+    let _turn = ONE_AT_A_TIME.lock().unwrap();
+    let mut h = Harness::new();
+    let part = vec![7u8; 4 * KIB];
+    let conns: Vec<_> = (0..8).map(|d| h.connect(&format!("tel-{d}"))).collect();
+    let before = LIVE.load(Ordering::Relaxed);
+    for (d, conn) in conns.iter().enumerate() {
+        for i in 0..8 {
+            h.send(*conn, chunk(&format!("d{d}-u{i}"), 0, 2048, &part));
+        }
+    }
+    let held = LIVE.load(Ordering::Relaxed) - before;
+    assert_eq!(h.gw.stats().upload_bytes, 8 * 32 * KIB);
+    assert!(
+        held <= MAX_SPECULATIVE_UPLOAD_BYTES + 8 * 32 * KIB + SLACK,
+        "64 parts:2048 uploads over 8 devices hold {} KiB",
+        held / KIB
+    );
 }

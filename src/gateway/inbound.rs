@@ -8,7 +8,7 @@ use crate::agent::{AgentEvent, Audio, UserInfo};
 use crate::auth::{authorize, Role};
 use crate::base64::{decode_into, decoded_len, decoded_len_against};
 use crate::ids::{ConnId, DeviceId};
-use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES};
+use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES};
 use crate::prompts::Closed;
 use crate::time::Time;
 use crate::uploads::ChunkOutcome;
@@ -201,7 +201,13 @@ impl Gateway {
             return;
         }
         let Some(c) = self.conns.get_mut(&conn) else { return };
-        let outcome = c.uploads.accept(now, &m);
+        // L31: this connection may use what the others leave of the shared room.
+        let before = c.uploads.speculative();
+        let others = self.upload_speculation - before;
+        let outcome = c
+            .uploads
+            .accept_within(now, &m, MAX_SPECULATIVE_UPLOAD_BYTES.saturating_sub(others));
+        self.upload_speculation = others + c.uploads.speculative();
         match c.uploads.next_deadline(self.config.upload_stall) {
             Some(next) => self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn)),
             None => c.stall_slot = None,

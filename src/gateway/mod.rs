@@ -206,6 +206,8 @@ pub struct Gateway {
     timers: Timers,
     sweep_slot: Option<Time>,
     prompts_slot: Option<Time>,
+    /// Room reserved for parts still to come, over every connection's uploads (L31).
+    upload_speculation: usize,
     outputs: VecDeque<Output>,
     events: VecDeque<AgentEvent>,
     /// The latest `now` any input carried: the clock for bookkeeping deep in a call chain.
@@ -226,6 +228,7 @@ impl Gateway {
             timers: Timers::default(),
             sweep_slot: None,
             prompts_slot: None,
+            upload_speculation: 0,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             now: Time::ZERO,
@@ -407,6 +410,7 @@ impl Gateway {
         let Some(c) = self.conns.remove(&conn) else {
             return false;
         };
+        self.upload_speculation -= c.uploads.speculative();
         if let ConnState::Ready {
             device,
             role: Role::Device,
@@ -498,9 +502,11 @@ impl Gateway {
         if !claim(&mut c.stall_slot, at) {
             return;
         }
+        let before = c.uploads.speculative();
         for id in c.uploads.expire(now, stall) {
             log::debug!("{conn:?}: dropped stalled upload {id:?} (U5)");
         }
+        self.upload_speculation = self.upload_speculation - before + c.uploads.speculative();
         if let Some(next) = c.uploads.next_deadline(stall) {
             self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn));
         }
