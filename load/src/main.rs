@@ -10,9 +10,11 @@
 //! hermes-mobile-load upload --size 8388608 --chunk 3145728 --count 20
 //! hermes-mobile-load soak   --clients 32 --rate 2000 --seconds 600 --sample 10 --pid PID
 //! hermes-mobile-load smoke  [--upload 8388608]
+//! hermes-mobile-load abuse  --seconds 60 --pid PID
 //! ```
 //! Common: `--url ws://127.0.0.1:8787/ws`, `--token T` (else `MOBILE_TOKEN`).
 
+mod abuse;
 mod client;
 mod proc_stat;
 mod smoke;
@@ -116,6 +118,13 @@ fn main() {
         "idle" => idle(&o),
         "upload" => upload(&o),
         "soak" => soak(&o),
+        "abuse" => {
+            let pid = o.pid.unwrap_or_else(|| {
+                eprintln!("abuse needs --pid of the server");
+                std::process::exit(2)
+            });
+            abuse::run(&o.url, &o.token, o.seconds, pid)
+        }
         "smoke" => {
             if let Err(e) = smoke::run(&o.url, &o.token, o.upload) {
                 eprintln!("smoke FAILED at {e}");

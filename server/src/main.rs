@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod env_file;
 mod http;
+mod memory;
 mod send;
 mod server;
 mod signals;
@@ -97,6 +98,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) => return fail(e, 2),
     };
     let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
+    memory::return_large_blocks_promptly();
     if let Some(warning) = &config.log_warning {
         log::warn!("{warning}");
     }
