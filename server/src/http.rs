@@ -102,6 +102,14 @@ fn complete(route: Route, len: usize, path: &str) -> Head {
     }
 }
 
+fn is_websocket_key(key: &[u8]) -> bool {
+    use base64::Engine;
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|k| k.len() == 16)
+}
+
 fn upgrade(headers: &[httparse::Header<'_>]) -> Route {
     let wants_ws = has_token(header(headers, "upgrade"), "websocket");
     if !wants_ws {
@@ -114,7 +122,8 @@ fn upgrade(headers: &[httparse::Header<'_>]) -> Route {
     }
     let connection_upgrade = has_token(header(headers, "connection"), "upgrade");
     let version_13 = header(headers, "sec-websocket-version").is_some_and(|v| v == b"13");
-    let key = header(headers, "sec-websocket-key").filter(|k| !k.is_empty());
+    // RFC 6455 4.2.1: the key is 16 random bytes in base64; anything else is not a client.
+    let key = header(headers, "sec-websocket-key").filter(|k| is_websocket_key(k));
     let (true, true, Some(key)) = (connection_upgrade, version_13, key) else {
         return Route::Reply(response(
             "400 Bad Request",
@@ -160,6 +169,21 @@ mod tests {
                 assert!(!forwarded);
             }
             other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_key_that_is_not_16_bytes_of_base64_is_a_bad_upgrade() {
+        // issue 8: validate Sec-WebSocket-Key before writing the 101.
+        for key in [
+            "x",
+            "dGhlIHNhbXBsZSBub25jZQ",
+            "dGhlIHNhbXBsZSBub25jZQ==AA",
+            "!!!!!!!!!!!!!!!!!!!!!!==",
+            "",
+        ] {
+            let req = UPGRADE.replace("dGhlIHNhbXBsZSBub25jZQ==", key) + "\r\n";
+            assert_eq!(status(&route(&req)), "HTTP/1.1 400 Bad Request", "key {key:?}");
         }
     }
 
