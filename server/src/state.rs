@@ -59,12 +59,16 @@ pub fn stored_token(state_dir: &Path) -> Result<(String, TokenOrigin), String> {
 }
 
 /// Finished uploads on disk under `media/`, so agents that work with files can read them.
-/// Bounded: the oldest files go once there are more than `max_files` or `max_bytes`.
+/// Bounded: the oldest files go once there are more than `max_files` or `max_bytes`. A
+/// running total decides when; the directory is listed only to learn the total once, and
+/// to choose what to remove when over (issue 8: no listing per saved upload on the loop).
 #[derive(Debug)]
 pub struct MediaStore {
     dir: PathBuf,
     max_files: usize,
     max_bytes: u64,
+    /// Files and bytes under `dir`, once listed.
+    totals: Option<(usize, u64)>,
 }
 
 impl MediaStore {
@@ -73,13 +77,14 @@ impl MediaStore {
             dir: state_dir.join("media"),
             max_files: 200,
             max_bytes: 256 * 1024 * 1024,
+            totals: None,
         }
     }
 
     /// Writes a file as `<ms>-<device>-<sanitized name>` (decisions U6, L26); returns its path.
     /// Never overwrites: a second file with the same name in the same millisecond gets `-1`,
     /// `-2`, … before its extension.
-    pub fn save(&self, now_ms: u128, device: &str, filename: &str, data: &[u8]) -> io::Result<PathBuf> {
+    pub fn save(&mut self, now_ms: u128, device: &str, filename: &str, data: &[u8]) -> io::Result<PathBuf> {
         create_private_dir(&self.dir)?;
         for n in 0..100 {
             let path = self.dir.join(disk_name(now_ms, device, filename, n));
@@ -94,7 +99,15 @@ impl MediaStore {
                 Err(e) => return Err(e),
             };
             file.write_all(data)?;
-            self.prune()?;
+            let (files, bytes) = match self.totals {
+                Some((n, b)) => (n + 1, b + data.len() as u64),
+                // The first save lists the directory once (the new file included).
+                None => self.list()?.iter().fold((0, 0), |(n, b), f| (n + 1, b + f.1)),
+            };
+            self.totals = Some((files, bytes));
+            if files > self.max_files || bytes > self.max_bytes {
+                self.prune()?;
+            }
             return Ok(path);
         }
         Err(io::Error::new(
@@ -103,15 +116,20 @@ impl MediaStore {
         ))
     }
 
-    fn prune(&self) -> io::Result<()> {
-        let mut files: Vec<(std::time::SystemTime, u64, PathBuf)> = fs::read_dir(&self.dir)?
+    /// The files under `dir`: (modified, length, path).
+    fn list(&self) -> io::Result<Vec<(std::time::SystemTime, u64, PathBuf)>> {
+        Ok(fs::read_dir(&self.dir)?
             .filter_map(Result::ok)
             .filter_map(|e| {
                 let meta = e.metadata().ok()?;
                 let modified = meta.modified().ok()?;
                 meta.is_file().then(|| (modified, meta.len(), e.path()))
             })
-            .collect();
+            .collect())
+    }
+
+    fn prune(&mut self) -> io::Result<()> {
+        let mut files = self.list()?;
         files.sort();
         let mut total: u64 = files.iter().map(|f| f.1).sum();
         let mut count = files.len();
@@ -123,6 +141,7 @@ impl MediaStore {
             total -= len;
             count -= 1;
         }
+        self.totals = Some((count, total));
         Ok(())
     }
 }
@@ -166,7 +185,7 @@ mod tests {
     fn long_names_are_cut_in_bytes_keeping_the_extension_and_never_overwrite() {
         // decisions U6, L26; issue 8 #11
         let dir = temp("media-names");
-        let store = MediaStore::new(&dir);
+        let mut store = MediaStore::new(&dir);
         let device = "é".repeat(120);
         let filename = format!("{}.jpeg", "日".repeat(196));
         let a = store.save(1, &device, &filename, b"first").unwrap();

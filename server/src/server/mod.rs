@@ -499,7 +499,7 @@ impl Server {
         }
     }
 
-    fn store_media(&self, event: &AgentEvent) {
+    fn store_media(&mut self, event: &AgentEvent) {
         let AgentEvent::MessageReceived {
             device,
             file: Some(file),
