@@ -1,38 +1,25 @@
-//! SIGINT/SIGTERM: stop the event loop gracefully. The handler only sets a flag and wakes the
-//! poll (an eventfd write on Linux, which is async-signal-safe); the loop does the rest.
+//! SIGINT/SIGTERM stop the event loop gracefully. signal-hook-mio turns them into a
+//! readiness source registered with the loop's `Poll`: the handler it installs only writes
+//! to a pipe, and the loop reads which signals came.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::OnceLock;
+use std::io;
 
-static STOP: AtomicBool = AtomicBool::new(false);
-static WAKER: OnceLock<mio::Waker> = OnceLock::new();
+use mio::{Interest, Registry, Token};
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook_mio::v1_0::Signals;
 
-const SIGINT: i32 = 2;
-const SIGTERM: i32 = 15;
+pub struct StopSignals(Signals);
 
-extern "C" {
-    // From the C library every Rust program on Unix already links.
-    fn signal(signum: i32, handler: usize) -> usize;
-}
-
-extern "C" fn on_signal(_signum: i32) {
-    STOP.store(true, Ordering::SeqCst);
-    if let Some(waker) = WAKER.get() {
-        let _ = waker.wake();
+impl StopSignals {
+    /// Installs the handlers and registers them under `token`.
+    pub fn register(registry: &Registry, token: Token) -> io::Result<StopSignals> {
+        let mut signals = Signals::new([SIGINT, SIGTERM])?;
+        registry.register(&mut signals, token, Interest::READABLE)?;
+        Ok(StopSignals(signals))
     }
-}
 
-/// Installs the handlers; `waker` wakes the event loop.
-pub fn install(waker: mio::Waker) {
-    let _ = WAKER.set(waker);
-    let handler = on_signal as extern "C" fn(i32) as usize;
-    // SAFETY: `signal` is the C library's; the handler only touches an atomic and an eventfd.
-    unsafe {
-        signal(SIGINT, handler);
-        signal(SIGTERM, handler);
+    /// Whether a stop signal arrived since the last call (drains what is pending).
+    pub fn received(&mut self) -> bool {
+        self.0.pending().count() > 0
     }
-}
-
-pub fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use hermes_mobile::{AgentEvent, ConnId, Gateway, Output, Peer, Time};
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::agent::demo::DemoAgent;
@@ -16,14 +16,14 @@ use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
 use crate::conn::{Conn, Drained, Incoming, Phase};
 use crate::http::{self, Head, Route};
-use crate::signals;
+use crate::signals::StopSignals;
 use crate::state::MediaStore;
 use crate::wheel::{Entry, TimerKind, Wheel};
 
 mod timers;
 
 const LISTENER: Token = Token(usize::MAX - 1);
-const WAKER: Token = Token(usize::MAX - 2);
+const SIGNALS: Token = Token(usize::MAX - 2);
 const LINGER: Duration = Duration::from_secs(2);
 /// How long a connection may take to go once its close is decided, whatever it still has
 /// queued or however it stalls its reads: after this the socket is dropped (issue 8 #1).
@@ -61,6 +61,9 @@ pub struct Server {
     accept_failing: bool,
     /// An accept retry is on the wheel: one chain of retries in all, not one per event.
     accept_retry_armed: bool,
+    signals: StopSignals,
+    /// SIGINT or SIGTERM arrived.
+    stop_requested: bool,
 }
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
@@ -84,7 +87,7 @@ impl Server {
         let local_addr = listener.local_addr()?;
         let poll = Poll::new()?;
         poll.registry().register(&mut listener, LISTENER, Interest::READABLE)?;
-        signals::install(Waker::new(poll.registry(), WAKER)?);
+        let signals = StopSignals::register(poll.registry(), SIGNALS)?;
         let origin = Instant::now();
         let mut core_config = config.core.clone();
         core_config.seed = seed;
@@ -114,6 +117,8 @@ impl Server {
             shutdown_at: None,
             accept_failing: false,
             accept_retry_armed: false,
+            signals,
+            stop_requested: false,
         })
     }
 
@@ -133,7 +138,7 @@ impl Server {
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
         loop {
-            if signals::stop_requested() && self.shutdown_at.is_none() {
+            if self.stop_requested && self.shutdown_at.is_none() {
                 self.begin_shutdown(Instant::now());
             }
             if let Some(deadline) = self.shutdown_at {
@@ -165,7 +170,7 @@ impl Server {
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(now),
-                    WAKER => {}
+                    SIGNALS => self.stop_requested |= self.signals.received(),
                     Token(key) => self.on_io(key, now),
                 }
             }
