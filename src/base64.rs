@@ -71,19 +71,6 @@ pub fn decode_into(b64: &str, out: &mut Vec<u8>) -> Result<(), InvalidBase64> {
     }
 }
 
-/// Decodes `b64` into the front of `out`, returning how many bytes it wrote. `out` must have
-/// room for `decoded_len(b64)` plus 3 bytes of slack (the decoder's size check is
-/// conservative); bytes past the decoded ones are left untouched.
-pub fn decode_at(b64: &str, out: &mut [u8]) -> Result<usize, InvalidBase64> {
-    if let Ok(n) = ENGINE.decode_slice(b64.as_bytes(), out) {
-        return Ok(n);
-    }
-    if !b64.bytes().any(|b| b.is_ascii_whitespace()) {
-        return Err(InvalidBase64);
-    }
-    let compact: Vec<u8> = b64.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    ENGINE.decode_slice(&compact, out).map_err(|_| InvalidBase64)
-}
 
 /// Standard padded base64, for frames the gateway builds as strings.
 pub fn encode(bytes: &[u8]) -> String {
@@ -118,15 +105,6 @@ mod tests {
             assert_eq!(decoded_len_against(&wrapped, n), n, "n = {n}");
             assert!(decoded_len(&wrapped) >= n);
         }
-    }
-
-    #[test]
-    fn decode_at_writes_exactly_the_decoded_bytes() {
-        let mut out = [9u8; 10];
-        assert_eq!(decode_at("aGk=", &mut out), Ok(2));
-        assert_eq!(&out[..3], b"hi\x09");
-        assert_eq!(decode_at("a G\nk=", &mut out), Ok(2));
-        assert_eq!(decode_at("@@", &mut out), Err(InvalidBase64));
     }
 
     #[test]

@@ -39,20 +39,20 @@
 //! in this crate states the invariant that makes it unreachable.
 
 pub mod agent;
-pub mod auth;
+mod auth;
 pub mod base64;
 pub mod chunking;
 pub mod client;
 pub mod config;
-pub mod dedup;
+mod dedup;
 pub mod gateway;
-pub mod hold;
+mod hold;
 pub mod ids;
 pub mod limits;
 pub mod mime;
-pub mod prompts;
+mod prompts;
 mod reassembly;
-pub mod text;
+mod text;
 pub mod time;
 pub mod uploads;
 pub mod wire;
