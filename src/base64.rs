@@ -71,6 +71,28 @@ pub fn decode_into(b64: &str, out: &mut Vec<u8>) -> Result<(), InvalidBase64> {
     }
 }
 
+/// Why [`decode_bounded`] refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BoundedDecodeError {
+    /// It decodes to more than the limit (found before any memory was spent).
+    TooBig,
+    Invalid,
+}
+
+/// Decodes `b64` into an exact buffer if it decodes to at most `limit` bytes: the size is
+/// checked first (exactly where it decides, L11), so an oversized input costs no memory.
+pub fn decode_bounded(b64: &str, limit: usize) -> Result<Vec<u8>, BoundedDecodeError> {
+    if decoded_len_against(b64, limit) > limit {
+        return Err(BoundedDecodeError::TooBig);
+    }
+    // What the decoder asks for: a Vec at capacity would double if asked for more.
+    let mut out = Vec::with_capacity(b64.len().div_ceil(4) * 3);
+    decode_into(b64, &mut out).map_err(|_| BoundedDecodeError::Invalid)?;
+    if out.capacity() > out.len() + 3 {
+        out.shrink_to_fit(); // white space made the estimate large
+    }
+    Ok(out)
+}
 
 /// Standard padded base64, for frames the gateway builds as strings.
 pub fn encode(bytes: &[u8]) -> String {

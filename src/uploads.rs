@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::base64::{decode_into, decoded_len_against};
+use crate::base64::{decode_bounded, decoded_len_against, BoundedDecodeError};
 use crate::limits::{MAX_MEDIA_BYTES, MAX_OPEN_UPLOADS, MAX_UPLOAD_BUFFER_BYTES};
 use crate::mime::guess_mime;
 use crate::reassembly::Assembly;
@@ -98,7 +98,7 @@ impl Uploads {
             Some(u) if u.assembly.has(chunk.part) => return Ok(ChunkOutcome::Repeated),
             Some(u) if u.assembly.bytes() + size > MAX_MEDIA_BYTES => Err(Rejection::too_big("file is over 8 MiB")),
             Some(_) => Ok(()),
-            None if chunk.parts == 1 => return Self::single(chunk, size).map(ChunkOutcome::Completed),
+            None if chunk.parts == 1 => return Self::single(chunk).map(ChunkOutcome::Completed),
             None if open_count >= MAX_OPEN_UPLOADS => {
                 return Err(Rejection::too_big("too many unfinished uploads (at most 8)"))
             }
@@ -158,12 +158,11 @@ impl Uploads {
     }
 
     /// A whole file in one frame: not an open upload (U2), limited only by MAX_MEDIA_BYTES.
-    fn single(chunk: &MediaChunk<'_>, size: usize) -> Result<ReceivedFile, Rejection> {
-        if size > MAX_MEDIA_BYTES {
-            return Err(Rejection::too_big("file is over 8 MiB"));
-        }
-        let mut data = Vec::with_capacity(size);
-        decode_into(&chunk.data, &mut data).map_err(|_| Rejection::bad_frame("data is not valid base64"))?;
+    fn single(chunk: &MediaChunk<'_>) -> Result<ReceivedFile, Rejection> {
+        let data = decode_bounded(&chunk.data, MAX_MEDIA_BYTES).map_err(|e| match e {
+            BoundedDecodeError::TooBig => Rejection::too_big("file is over 8 MiB"),
+            BoundedDecodeError::Invalid => Rejection::bad_frame("data is not valid base64"),
+        })?;
         Ok(ReceivedFile {
             id: chunk.id.clone().into_owned(),
             kind: chunk.kind,

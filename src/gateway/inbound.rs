@@ -6,7 +6,7 @@ use super::timers::TimerKey;
 use super::{AvatarState, ConnState, Gateway, Output};
 use crate::agent::{AgentEvent, Audio, UserInfo};
 use crate::auth::{authorize, Role};
-use crate::base64::{decode_into, decoded_len, decoded_len_against};
+use crate::base64::{decode_bounded, BoundedDecodeError};
 use crate::ids::{ConnId, DeviceId};
 use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES};
 use crate::prompts::Closed;
@@ -181,13 +181,15 @@ impl Gateway {
             return;
         }
         let fail = |r: Rejection| r.with_id(Some(&a.id));
-        if decoded_len_against(&a.data, MAX_AUDIO_BYTES) > MAX_AUDIO_BYTES {
-            return self.send_error(conn, &fail(Rejection::too_big("audio is over 8 MiB")), false);
-        }
-        let mut data = Vec::with_capacity(decoded_len(&a.data));
-        if decode_into(&a.data, &mut data).is_err() {
-            return self.send_error(conn, &fail(Rejection::bad_frame("data is not valid base64")), false);
-        }
+        let data = match decode_bounded(&a.data, MAX_AUDIO_BYTES) {
+            Ok(data) => data,
+            Err(BoundedDecodeError::TooBig) => {
+                return self.send_error(conn, &fail(Rejection::too_big("audio is over 8 MiB")), false)
+            }
+            Err(BoundedDecodeError::Invalid) => {
+                return self.send_error(conn, &fail(Rejection::bad_frame("data is not valid base64")), false)
+            }
+        };
         if data.is_empty() {
             return self.send_error(conn, &fail(Rejection::bad_frame("audio is empty")), false);
         }
@@ -300,13 +302,7 @@ impl Gateway {
             Role::Device => sender,
         };
         if let Some(target) = self.delivered.get(now, sender, id) {
-            let frame = encode(
-                "delivered",
-                &Delivered {
-                    id: id.into(),
-                    device: target.as_str().into(),
-                },
-            );
+            let frame = delivered_frame(id, target);
             return self.send(conn, frame);
         }
         let raw_target = d.target.trim();
@@ -322,14 +318,16 @@ impl Gateway {
         let file = match d.media {
             None => None,
             Some(m) => {
-                if decoded_len_against(&m.data, MAX_MEDIA_BYTES) > MAX_MEDIA_BYTES {
-                    return self.send_error(conn, &Rejection::too_big("file is over 8 MiB").with_id(Some(id)), false);
-                }
-                let mut data = Vec::with_capacity(decoded_len(&m.data));
-                if decode_into(&m.data, &mut data).is_err() {
-                    let r = Rejection::bad_frame("media.data is not valid base64");
-                    return self.send_error(conn, &r.with_id(Some(id)), false);
-                }
+                let data = match decode_bounded(&m.data, MAX_MEDIA_BYTES) {
+                    Ok(data) => data,
+                    Err(e) => {
+                        let r = match e {
+                            BoundedDecodeError::TooBig => Rejection::too_big("file is over 8 MiB"),
+                            BoundedDecodeError::Invalid => Rejection::bad_frame("media.data is not valid base64"),
+                        };
+                        return self.send_error(conn, &r.with_id(Some(id)), false);
+                    }
+                };
                 Some(crate::agent::OutgoingFile {
                     kind: m.kind,
                     mime: m.mime.into_owned(),
@@ -360,13 +358,17 @@ impl Gateway {
         }
         self.delivered.insert(now, sender, id, target.0.clone());
         self.arm_sweep(now);
-        let frame = encode(
-            "delivered",
-            &Delivered {
-                id: id.into(),
-                device: target.as_str().into(),
-            },
-        );
-        self.send(conn, frame);
+        self.send(conn, delivered_frame(id, target.as_str()));
     }
+}
+
+/// S5's confirmation, the same for a first delivery and a repeat (S4).
+fn delivered_frame(id: &str, device: &str) -> String {
+    encode(
+        "delivered",
+        &Delivered {
+            id: id.into(),
+            device: device.into(),
+        },
+    )
 }
