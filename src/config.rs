@@ -4,7 +4,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::limits::{DEFAULT_CHUNK_LIMIT, DEFAULT_PROMPT_TTL_SECS};
+use crate::limits::{DEFAULT_CHUNK_LIMIT, DEFAULT_PROMPT_TTL_SECS, MAX_HELD_TOTAL_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES};
 
 #[derive(Clone)]
 pub struct Config {
@@ -34,6 +34,10 @@ pub struct Config {
     pub dedup_window: Duration,
     /// How long agent output waits for an offline device (M4).
     pub offline_hold: Duration,
+    /// Agent output held for all offline devices together (L32).
+    pub max_held_total: usize,
+    /// Room reserved for announced upload parts, over all connections (L31).
+    pub max_upload_speculation: usize,
     /// Seeds generated ids (H4). The server takes it from the operating system.
     pub seed: u64,
 }
@@ -55,6 +59,8 @@ impl Config {
             upload_stall: Duration::from_secs(120),
             dedup_window: Duration::from_secs(600),
             offline_hold: Duration::from_secs(600),
+            max_held_total: MAX_HELD_TOTAL_BYTES,
+            max_upload_speculation: MAX_SPECULATIVE_UPLOAD_BYTES,
             seed: 0x6865_726d_6573,
         }
     }
@@ -81,6 +87,8 @@ impl fmt::Debug for Config {
             .field("upload_stall", &self.upload_stall)
             .field("dedup_window", &self.dedup_window)
             .field("offline_hold", &self.offline_hold)
+            .field("max_held_total", &self.max_held_total)
+            .field("max_upload_speculation", &self.max_upload_speculation)
             .finish()
     }
 }

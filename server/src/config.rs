@@ -95,6 +95,12 @@ pub const SETTINGS: &[Setting] = &[
         help: "connections beyond this are refused with 503",
     },
     Setting {
+        flag: "--memory-budget",
+        env: "MOBILE_MEMORY_BUDGET",
+        default: "128",
+        help: "MiB for frames queued to clients (1/2), output held for offline phones (1/4) and upload room (1/8)",
+    },
+    Setting {
         flag: "--log-level",
         env: "RUST_LOG",
         default: "info",
@@ -148,6 +154,8 @@ pub struct ServerConfig {
     pub demo_step: Duration,
     /// Frames queued for one slow client beyond which it is dropped.
     pub max_queue_bytes: usize,
+    /// Frames queued for all clients together (half the memory budget, L36).
+    pub max_outbox_total: usize,
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -291,6 +299,19 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         other => return Err(format!("unknown agent {other:?}: this build has the demo agent")),
     };
     let (log_level, log_warning) = log_level(get("--log-level").unwrap_or(""));
+    // L36: one setting for the memory the gateway may hold for peers, split by share.
+    let budget_mib = match get("--memory-budget") {
+        Some(v) => number::<usize>("MOBILE_MEMORY_BUDGET", v)?,
+        None => 128,
+    };
+    if !(16..=2048).contains(&budget_mib) {
+        return Err(format!(
+            "MOBILE_MEMORY_BUDGET must be 16 to 2048 (MiB), got {budget_mib}"
+        ));
+    }
+    let budget = budget_mib * 1024 * 1024;
+    core.max_held_total = budget / 4;
+    core.max_upload_speculation = budget / 8;
     let port = match get("--port") {
         Some(p) => number::<u16>("MOBILE_PORT", p)?,
         None => 8787,
@@ -320,6 +341,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
             None => Duration::from_millis(150),
         },
         max_queue_bytes: 24 * 1024 * 1024,
+        max_outbox_total: budget / 2,
     })
 }
 

@@ -170,3 +170,22 @@ fn a_big_message_right_behind_the_hello_is_read_after_the_hello_raised_the_cap()
         "got document a.bin (1048576 bytes, application/octet-stream)"
     );
 }
+
+#[test]
+fn frames_queued_for_all_clients_stay_within_the_memory_budget() {
+    // decisions L36: MOBILE_MEMORY_BUDGET=16 leaves 8 MiB for frames queued to clients; two
+    // 8 MiB files are 22 MiB of frames (under the 24 MiB one client may have queued, L22), so
+    // a client that reads neither is dropped by the budget.
+    let server = Server::start(&[("MOBILE_MEMORY_BUDGET", "16")]);
+    let mut stalled = Client::hello(&server, "tel-1");
+    for i in 0..2 {
+        let text = json!({"t":"text","id":format!("big{i}"),"text":"/file 8388608"}).to_string();
+        stalled.ws.send(Message::Text(text.into())).expect("send");
+    }
+    wait_until("the non-reader is dropped", Duration::from_secs(15), || {
+        server.log_text().contains("over the memory budget")
+    });
+    let mut fresh = Client::hello(&server, "tel-2");
+    fresh.send(json!({"t":"ping"}));
+    assert_eq!(fresh.recv()["t"], "pong", "the server still serves");
+}

@@ -8,7 +8,7 @@ use crate::agent::{AgentEvent, Audio, UserInfo};
 use crate::auth::{authorize, Role};
 use crate::base64::{decode_bounded, BoundedDecodeError};
 use crate::ids::{ConnId, DeviceId};
-use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES};
+use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES};
 use crate::prompts::Closed;
 use crate::time::Time;
 use crate::uploads::ChunkOutcome;
@@ -208,7 +208,7 @@ impl Gateway {
         let others = self.upload_speculation - before;
         let outcome = c
             .uploads
-            .accept_within(now, &m, MAX_SPECULATIVE_UPLOAD_BYTES.saturating_sub(others));
+            .accept_within(now, &m, self.config.max_upload_speculation.saturating_sub(others));
         self.upload_speculation = others + c.uploads.speculative();
         match c.uploads.next_deadline(self.config.upload_stall) {
             Some(next) => self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn)),

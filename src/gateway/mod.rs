@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::dedup::Dedup;
 use crate::hold::Hold;
 use crate::ids::{ConnId, DeviceId, IdGen, MessageId};
-use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY, MAX_HELD_TOTAL_BYTES, MAX_KNOWN_DEVICES};
+use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY, MAX_KNOWN_DEVICES};
 use crate::prompts::Prompts;
 use crate::time::Time;
 use crate::uploads::Uploads;
@@ -466,7 +466,8 @@ impl Gateway {
     fn make_hold_room(&mut self, bytes: usize) -> bool {
         let mut total: usize = self.devices.values().map(|d| d.hold.bytes()).sum();
         let mut dropped = 0;
-        while total + bytes > MAX_HELD_TOTAL_BYTES {
+        let cap = self.config.max_held_total;
+        while total + bytes > cap {
             let oldest = self
                 .devices
                 .iter_mut()
@@ -477,7 +478,7 @@ impl Gateway {
             dropped += 1;
         }
         if dropped > 0 {
-            log::info!("dropped {dropped} held outputs: {MAX_HELD_TOTAL_BYTES} bytes held for offline devices (L32)");
+            log::info!("dropped {dropped} held outputs: {cap} bytes held for offline devices (L32)");
         }
         true
     }

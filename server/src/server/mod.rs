@@ -62,6 +62,8 @@ pub struct Server {
     /// An accept retry is on the wheel: one chain of retries in all, not one per event.
     accept_retry_armed: bool,
     signals: StopSignals,
+    /// Bytes of frames queued for all connections, not yet taken by their sockets.
+    outbox_total: usize,
     /// SIGINT or SIGTERM arrived.
     stop_requested: bool,
 }
@@ -118,6 +120,7 @@ impl Server {
             accept_failing: false,
             accept_retry_armed: false,
             signals,
+            outbox_total: 0,
             stop_requested: false,
         })
     }
@@ -450,7 +453,10 @@ impl Server {
             return;
         };
         match out {
-            Output::Send { frame, .. } => conn.queue(frame),
+            Output::Send { frame, .. } => {
+                self.outbox_total += frame.len();
+                conn.queue(frame)
+            }
             Output::Close { code, reason, .. } => {
                 conn.in_core = false;
                 self.decide_close(key, code, reason, reason, now);
@@ -489,7 +495,9 @@ impl Server {
             return;
         }
         let was_closing = conn.closing;
+        let queued_before = conn.outbox_bytes;
         let result = conn.pump();
+        self.outbox_total -= queued_before - conn.outbox_bytes;
         let too_slow = conn.outbox_bytes > limit;
         let generation = conn.generation;
         let now_closing = conn.closing && !was_closing;
@@ -501,6 +509,23 @@ impl Server {
         }
         if now_closing {
             self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
+        }
+        // L36: frames queued for all clients together stay within the memory budget's share;
+        // past it, the client with the most unread goes first.
+        while self.outbox_total > self.config.max_outbox_total {
+            let Some(slowest) = self
+                .conns
+                .iter()
+                .filter(|(_, c)| c.outbox_bytes > 0)
+                .max_by_key(|(_, c)| c.outbox_bytes)
+                .map(|(k, _)| k)
+            else {
+                break;
+            };
+            self.kill(
+                slowest,
+                "client too slow: frames for all clients over the memory budget",
+            );
         }
     }
 
@@ -539,6 +564,7 @@ impl Server {
         }
         conn.phase = Phase::Dead;
         conn.outbox.clear();
+        self.outbox_total -= conn.outbox_bytes;
         conn.outbox_bytes = 0;
         let id = conn_id(key, conn.generation);
         let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
