@@ -43,7 +43,32 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// Holds a version of a message, replacing a held earlier version of it.
+    fn position(&self, id: &MessageId) -> Option<usize> {
+        self.items
+            .iter()
+            .position(|(_, h)| matches!(h, Held::Message { id: held, .. } if held == id))
+    }
+
+    /// How many more bytes holding this version of a message would take (its earlier
+    /// version, if held, is replaced); `HoldFull` past the device's limit.
+    pub fn message_growth(&self, id: &MessageId, text_len: usize) -> Result<usize, CommandError> {
+        let freed = self.position(id).map_or(0, |i| self.items[i].1.bytes());
+        if self.bytes - freed + text_len > MAX_HELD_BYTES {
+            return Err(CommandError::HoldFull);
+        }
+        Ok(text_len.saturating_sub(freed))
+    }
+
+    /// How many more bytes holding this file would take; `HoldFull` past the device's limit.
+    pub fn file_growth(&self, len: usize) -> Result<usize, CommandError> {
+        if self.bytes + len > MAX_HELD_BYTES {
+            return Err(CommandError::HoldFull);
+        }
+        Ok(len)
+    }
+
+    /// Holds a version of a message, replacing a held earlier version of it. The new
+    /// version is the newest output: it moves to the back, so the front stays the oldest.
     pub fn message(
         &mut self,
         now: Time,
@@ -52,38 +77,29 @@ impl Hold {
         edit: bool,
         done: bool,
     ) -> Result<(), CommandError> {
-        let existing = self
-            .items
-            .iter()
-            .position(|(_, h)| matches!(h, Held::Message { id: held, .. } if held == id));
-        let freed = existing.map_or(0, |i| self.items[i].1.bytes());
-        if self.bytes - freed + text.len() > MAX_HELD_BYTES {
-            return Err(CommandError::HoldFull);
-        }
-        match existing.map(|i| &mut self.items[i]) {
-            Some((at, Held::Message { text: t, done: d, .. })) => {
-                *at = now;
-                text.clone_into(t);
-                *d = done;
-            }
-            _ => self.items.push_back((
-                now,
-                Held::Message {
-                    id: id.clone(),
-                    text: text.to_owned(),
-                    edit,
-                    done,
-                },
-            )),
-        }
+        self.message_growth(id, text.len())?;
+        let existing = self.position(id).and_then(|i| self.items.remove(i));
+        let freed = existing.as_ref().map_or(0, |(_, h)| h.bytes());
+        // L6: a version the phone never saw keeps its first-version flag.
+        let edit = match existing {
+            Some((_, Held::Message { edit: earlier, .. })) => earlier,
+            _ => edit,
+        };
+        self.items.push_back((
+            now,
+            Held::Message {
+                id: id.clone(),
+                text: text.to_owned(),
+                edit,
+                done,
+            },
+        ));
         self.bytes = self.bytes - freed + text.len();
         Ok(())
     }
 
     pub fn file(&mut self, now: Time, id: String, file: OutgoingFile) -> Result<(), CommandError> {
-        if self.bytes + file.data.len() > MAX_HELD_BYTES {
-            return Err(CommandError::HoldFull);
-        }
+        self.file_growth(file.data.len())?;
         self.bytes += file.data.len();
         self.items.push_back((now, Held::File { id, file }));
         Ok(())

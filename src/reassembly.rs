@@ -30,6 +30,8 @@ pub(crate) struct Assembly {
     in_buf: u32,
     /// Parts received but not (yet) in `buf`, each in an exact buffer.
     segments: HashMap<u32, Vec<u8>>,
+    /// What `segments` hold, their overhead included: kept, not summed per call.
+    segments_held: usize,
     received: u32,
     bytes: usize,
 }
@@ -41,6 +43,7 @@ impl Assembly {
             buf: Vec::new(),
             in_buf: 0,
             segments: HashMap::new(),
+            segments_held: 0,
             received: 0,
             bytes: 0,
         }
@@ -58,12 +61,7 @@ impl Assembly {
     /// Memory this upload holds: `buf`'s capacity (its bytes and its speculative room) and
     /// every segment with its overhead.
     pub fn held(&self) -> usize {
-        self.buf.capacity()
-            + self
-                .segments
-                .values()
-                .map(|s| s.capacity() + SEGMENT_OVERHEAD)
-                .sum::<usize>()
+        self.buf.capacity() + self.segments_held
     }
 
     /// Gives back `buf`'s speculative room, so that another upload of the device may use the
@@ -106,6 +104,7 @@ impl Assembly {
                     segment.shrink_to_fit();
                 }
                 let n = segment.len();
+                self.segments_held += segment.capacity() + SEGMENT_OVERHEAD;
                 self.segments.insert(part, segment);
                 n
             }
@@ -123,6 +122,7 @@ impl Assembly {
                 return;
             }
             let segment = self.segments.remove(&self.in_buf).expect("present: just looked up");
+            self.segments_held -= segment.capacity() + SEGMENT_OVERHEAD;
             self.buf.extend_from_slice(&segment);
             self.in_buf += 1;
         }

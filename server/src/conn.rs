@@ -23,6 +23,11 @@ const WRITE_BATCH: usize = 16 * 1024;
 /// Messages read from one connection per loop turn (issue 8 #14): a fast peer cannot
 /// starve the others, nor pile up a turn's worth of buffers, by never reaching `WouldBlock`.
 pub const READ_BUDGET: usize = 32;
+/// Bytes of messages read from one connection per loop turn: a turn holds at most one big
+/// message per connection, not 32 of 16 MiB.
+const READ_BYTES_BUDGET: usize = 1024 * 1024;
+/// Bytes discarded raw per call (a poisoned reader, a drained HTTP socket).
+const DISCARD_BUDGET: usize = 64 * 1024;
 
 /// The tungstenite settings for a Raspberry Pi (decisions G7, style.md). Messages are capped
 /// at `MAX_PRE_HELLO_FRAME_BYTES` until the core authenticates the connection (L35), then at
@@ -43,18 +48,31 @@ pub fn ws_config() -> WebSocketConfig {
         .max_frame_size(Some(before_hello))
 }
 
-/// Reads and drops whatever the peer has sent. `Ok(false)` once it has closed its side.
-fn discard_input(stream: &mut TcpStream) -> io::Result<bool> {
+/// What discarding input found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Discarded {
+    /// The peer closed its side.
+    Closed,
+    /// Everything available is gone.
+    All,
+    /// The budget ran out first: discard again next turn.
+    Budget,
+}
+
+/// Reads and drops what the peer has sent, up to [`DISCARD_BUDGET`] bytes.
+fn discard_input(stream: &mut TcpStream) -> io::Result<Discarded> {
     let mut sink = [0u8; 4096];
-    loop {
+    let mut dropped = 0;
+    while dropped < DISCARD_BUDGET {
         match stream.read(&mut sink) {
-            Ok(0) => return Ok(false),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+            Ok(0) => return Ok(Discarded::Closed),
+            Ok(n) => dropped += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Discarded::All),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e),
         }
     }
+    Ok(Discarded::Budget)
 }
 
 pub enum Phase {
@@ -204,12 +222,12 @@ impl Conn {
         }
     }
 
-    /// Discards what the peer still sends. `false` once it has closed (or failed).
-    pub fn drain(&mut self) -> bool {
+    /// Discards what the peer still sends (`Closed` also on a read error).
+    pub fn drain(&mut self) -> Discarded {
         let Phase::Drain(stream) = &mut self.phase else {
-            return false;
+            return Discarded::Closed;
         };
-        discard_input(stream).unwrap_or(false)
+        discard_input(stream).unwrap_or(Discarded::Closed)
     }
 
     /// Switches to WebSocket with the bytes already read past the head.
@@ -229,21 +247,24 @@ impl Conn {
         };
         if self.poisoned {
             return match discard_input(ws.get_mut()) {
-                Ok(true) => Ok(Drained::All),
-                Ok(false) => Err("closed by peer".into()),
+                Ok(Discarded::All) => Ok(Drained::All),
+                Ok(Discarded::Budget) => Ok(Drained::Budget),
+                Ok(Discarded::Closed) => Err("closed by peer".into()),
                 Err(e) => Err(format!("read failed: {e}")),
             };
         }
         // Control frames count too: a flood of pings is work as well.
         let budget = if self.device.is_some() { READ_BUDGET } else { 1 };
-        let mut read = 0;
+        let (mut read, mut bytes) = (0, 0);
         loop {
-            if read >= budget {
+            if read >= budget || bytes >= READ_BYTES_BUDGET {
                 return Ok(Drained::Budget);
             }
+            // Every frame consumed counts, refused ones (invalid UTF-8) too.
+            read += 1;
             match ws.read() {
                 Ok(msg) => {
-                    read += 1;
+                    bytes += msg.len();
                     self.last_rx = now;
                     self.pinged = false;
                     match msg {

@@ -98,7 +98,11 @@ impl MediaStore {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(e),
             };
-            file.write_all(data)?;
+            if let Err(e) = file.write_all(data) {
+                // A partial file would be counted nowhere (disk full): it goes.
+                let _ = fs::remove_file(&path);
+                return Err(e);
+            }
             let (files, bytes) = match self.totals {
                 Some((n, b)) => (n + 1, b + data.len() as u64),
                 // The first save lists the directory once (the new file included).

@@ -292,15 +292,13 @@ impl Gateway {
             return self.send_error(conn, &r.with_id(Some(id)), false);
         }
         // S4: a repeat is confirmed again, not re-sent. A service's deliveries are its
-        // token's, whatever device id each of its connections says (L34).
-        let service_sender;
-        let sender = match role {
-            Role::Service(index) => {
-                service_sender = DeviceId(format!("service:{index}"));
-                &service_sender
-            }
-            Role::Device => sender,
+        // token's, whatever device id each of its connections says (L34). The two kinds of
+        // sender are kept apart by prefix, so no phone can name itself into a service's.
+        let key = match role {
+            Role::Service(index) => DeviceId(format!("s:{index}")),
+            Role::Device => DeviceId(format!("d:{sender}")),
         };
+        let sender = &key;
         if let Some(target) = self.delivered.get(now, sender, id) {
             let frame = delivered_frame(id, target);
             return self.send(conn, frame);

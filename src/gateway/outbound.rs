@@ -124,7 +124,9 @@ impl Gateway {
                 }
             }
             None => {
-                if !self.make_hold_room(text.len()) {
+                // The device's own limit first, then room in all for the growth only (L32).
+                let growth = d.hold.message_growth(&message, text.len())?;
+                if !self.make_hold_room(growth) {
                     return Err(CommandError::HoldFull);
                 }
                 let d = self.devices.get_mut(&device).expect("the device was created above");
@@ -161,7 +163,9 @@ impl Gateway {
                 self.after_agent_output(now, &device);
             }
             None => {
-                if !self.make_hold_room(file.data.len()) {
+                let d = self.devices.get_mut(&device).expect("the device was created above");
+                let growth = d.hold.file_growth(file.data.len())?;
+                if !self.make_hold_room(growth) {
                     return Err(CommandError::HoldFull);
                 }
                 let d = self.devices.get_mut(&device).expect("the device was created above");

@@ -14,7 +14,7 @@ use slab::Slab;
 use crate::agent::demo::DemoAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
-use crate::conn::{Conn, Drained, Incoming, Phase};
+use crate::conn::{Conn, Discarded, Drained, Incoming, Phase};
 use crate::http::{self, Head, Route};
 use crate::signals::StopSignals;
 use crate::state::MediaStore;
@@ -179,8 +179,13 @@ impl Server {
             }
             self.fire_timers(now);
             self.drive(now);
-            for (key, reason) in std::mem::take(&mut self.ended_after_drive) {
-                self.kill(key, &reason);
+            let ended = std::mem::take(&mut self.ended_after_drive);
+            if !ended.is_empty() {
+                for (key, reason) in ended {
+                    self.kill(key, &reason);
+                }
+                // The closes may have armed core timers (a device's bookkeeping, L32).
+                self.drive(now);
             }
             for key in self.dead.drain(..) {
                 if self.conns.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
@@ -265,11 +270,11 @@ impl Server {
             Phase::Http { .. } => self.on_http(key, now),
             Phase::Respond { .. } => self.on_respond(key, now),
             Phase::Ws(_) => self.on_ws(key, now),
-            Phase::Drain(_) => {
-                if !conn.drain() {
-                    self.kill(key, "http response sent");
-                }
-            }
+            Phase::Drain(_) => match conn.drain() {
+                Discarded::Closed => self.kill(key, "http response sent"),
+                Discarded::Budget => self.read_again.push(key),
+                Discarded::All => {}
+            },
             Phase::Dead => {}
         }
     }
@@ -367,6 +372,10 @@ impl Server {
     }
 
     fn on_ws(&mut self, key: usize, now: Instant) {
+        // Its read side already ended this turn: nothing more is read from it.
+        if self.ended_after_drive.iter().any(|(k, _)| *k == key) {
+            return;
+        }
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut incoming = std::mem::take(&mut self.incoming);
         let read = conn.read_ws(now, &mut incoming);
