@@ -124,3 +124,27 @@ fn cards_are_bounded_per_device_and_leave_no_timers_behind_once_answered() {
         h.gw.stats().timers
     );
 }
+
+#[test]
+fn timers_of_records_evicted_at_the_cap_do_not_pile_up() {
+    // issue 8 abuse run: streams to more throwaway devices than MAX_KNOWN_DEVICES re-created
+    // evicted records over and over, each leaving timer entries for ten minutes.
+    let mut h = Harness::new();
+    for step in 0..20 {
+        for i in 0..MAX_KNOWN_DEVICES + 44 {
+            h.agent(AgentCommand::Reply {
+                device: DeviceId::from(format!("minted-{i}").as_str()),
+                message: MessageId::from("stream"),
+                text: format!("version {step}"),
+                done: false,
+            });
+        }
+        h.advance_ms(50);
+    }
+    let timers = h.gw.stats().timers;
+    // About two live timers per record (hold, forget); stale ones swept as the heap doubles.
+    assert!(
+        timers <= 4 * MAX_KNOWN_DEVICES + 64,
+        "{timers} timer entries for 300 devices"
+    );
+}

@@ -327,10 +327,13 @@ pub fn run(url: &str, token: &str, seconds: u64, pid: u32) {
     println!("abuse: server alive: {alive}; RSS 30 s after: {after} KiB (idle was {idle_rss} KiB)");
     match healthz(&s) {
         // The only live client now is this request itself.
-        Some(h) => println!(
-            "abuse: /healthz after: sockets {} (1 expected: this request), connections {}, devices_online {}",
-            h["sockets"], h["connections"], h["devices_online"]
-        ),
+        Some(h) => {
+            println!(
+                "abuse: /healthz after: sockets {} (1 expected: this request), connections {}, devices_online {}",
+                h["sockets"], h["connections"], h["devices_online"]
+            );
+            println!("abuse: /healthz after: {h}");
+        }
         None => println!("abuse: /healthz did not answer"),
     }
 }

@@ -112,6 +112,9 @@ impl AvatarState {
     }
 }
 
+/// The timer heap is never swept below this many entries.
+const TIMERS_COMPACT_MIN: usize = 1024;
+
 /// Replies being streamed to a device: whether the phone has seen a version of each.
 const MAX_STREAMS_PER_DEVICE: usize = 64;
 /// Recently finished reply ids remembered per device, to refuse edits after `done` (M2).
@@ -206,6 +209,8 @@ pub struct Gateway {
     timers: Timers,
     sweep_slot: Option<Time>,
     prompts_slot: Option<Time>,
+    /// The timer heap's size past which stale entries are swept out (doubles with it).
+    timers_compact_at: usize,
     /// Room reserved for parts still to come, over every connection's uploads (L31).
     upload_speculation: usize,
     outputs: VecDeque<Output>,
@@ -228,6 +233,7 @@ impl Gateway {
             timers: Timers::default(),
             sweep_slot: None,
             prompts_slot: None,
+            timers_compact_at: TIMERS_COMPACT_MIN,
             upload_speculation: 0,
             outputs: VecDeque::new(),
             events: VecDeque::new(),
@@ -361,7 +367,30 @@ impl Gateway {
     // ----- outputs -----
 
     pub fn poll_output(&mut self) -> Option<Output> {
+        self.compact_timers_if_due();
         self.outputs.pop_front()
+    }
+
+    /// Drops timer entries whose owner is gone or has re-armed (lazily cancelled ones), once
+    /// the heap has doubled since the last sweep: amortized O(1) per entry, and the heap stays
+    /// within about twice the live timers (issue 8: records evicted at their cap, L32, left
+    /// 132,000 entries behind in an abuse run).
+    fn compact_timers_if_due(&mut self) {
+        if self.timers.len() <= self.timers_compact_at {
+            return;
+        }
+        let (conns, devices) = (&self.conns, &self.devices);
+        let (sweep_slot, prompts_slot) = (self.sweep_slot, self.prompts_slot);
+        self.timers.retain(|at, key| match key {
+            TimerKey::Hello(conn) => conns.contains_key(conn),
+            TimerKey::Uploads(conn) => conns.get(conn).is_some_and(|c| c.stall_slot == Some(at)),
+            TimerKey::Idle(d) => devices.get(d).is_some_and(|d| d.idle_slot == Some(at)),
+            TimerKey::Hold(d) => devices.get(d).is_some_and(|d| d.hold_slot == Some(at)),
+            TimerKey::Forget(d) => devices.get(d).is_some_and(|d| d.forget_slot == Some(at)),
+            TimerKey::Prompts => prompts_slot == Some(at),
+            TimerKey::Sweep => sweep_slot == Some(at),
+        });
+        self.timers_compact_at = (self.timers.len() * 2).max(TIMERS_COMPACT_MIN);
     }
 
     pub fn poll_event(&mut self) -> Option<AgentEvent> {

@@ -62,6 +62,15 @@ impl Timers {
     pub fn len(&self) -> usize {
         self.heap.len()
     }
+
+    /// Keeps only the entries `live` says are still wanted, and gives back the room of the
+    /// rest. Stale entries are otherwise dropped only when they come due, which for owners
+    /// that come and go fast (device records evicted at their cap, L32) can be minutes of
+    /// entries piling up.
+    pub fn retain(&mut self, mut live: impl FnMut(Time, &TimerKey) -> bool) {
+        self.heap.retain(|Reverse((at, key))| live(*at, key));
+        self.heap.shrink_to_fit();
+    }
 }
 
 /// Whether a fired entry at `at` is the live one for `slot`; if so the slot is emptied.

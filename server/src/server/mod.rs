@@ -307,6 +307,14 @@ impl Server {
                     // Every socket the server holds, this request's own included: closing
                     // ones and plain HTTP ones too, which `connections` does not count.
                     "sockets": self.conns.len(),
+                    // What the core holds, for an operator watching memory (L32, L36).
+                    "devices_known": stats.devices_known,
+                    "held_bytes": stats.held_bytes,
+                    "upload_bytes": stats.upload_bytes,
+                    "open_prompts": stats.open_prompts,
+                    "dedup_entries": stats.dedup_entries,
+                    "timers": stats.timers,
+                    "queued_bytes": self.outbox_total,
                 })
                 .to_string();
                 (
