@@ -22,7 +22,7 @@ const WRITE_BATCH: usize = 16 * 1024;
 
 /// Messages read from one connection per loop turn (issue 8 #14): a fast peer cannot
 /// starve the others, nor pile up a turn's worth of buffers, by never reaching `WouldBlock`.
-pub const READ_BUDGET: usize = 32;
+const READ_BUDGET: usize = 32;
 /// Bytes of messages read from one connection per loop turn: a turn holds at most one big
 /// message per connection, not 32 of 16 MiB.
 const READ_BYTES_BUDGET: usize = 1024 * 1024;
