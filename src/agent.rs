@@ -58,6 +58,11 @@ pub enum AgentEvent {
     },
     /// The app sent `typing` (M3).
     UserTyping { device: DeviceId },
+    /// A device said `hello` and is reachable (a new connection of an online device
+    /// replacing the old one says so again).
+    DeviceOnline { device: DeviceId, name: String, user: UserInfo },
+    /// A device's connection ended; its output is held (M4) until it is back.
+    DeviceOffline { device: DeviceId },
 }
 
 impl AgentEvent {
@@ -66,7 +71,9 @@ impl AgentEvent {
             AgentEvent::MessageReceived { device, .. }
             | AgentEvent::PromptAnswered { device, .. }
             | AgentEvent::PromptExpired { device, .. }
-            | AgentEvent::UserTyping { device } => device,
+            | AgentEvent::UserTyping { device }
+            | AgentEvent::DeviceOnline { device, .. }
+            | AgentEvent::DeviceOffline { device } => device,
         }
     }
 }
@@ -180,6 +187,24 @@ pub enum AgentCommand {
     EndTurn {
         device: DeviceId,
     },
+    /// Service delivery (S3–S5) from the agent side, as a `deliver` frame would do it:
+    /// `target` is `mobile:<id>`, `<id>` or empty (`MOBILE_HOME_DEVICE`); text first, then
+    /// the file. `sender` keys the S4 window (a repeat of `id` is confirmed, not re-sent).
+    Deliver {
+        sender: String,
+        id: String,
+        target: String,
+        text: Option<String>,
+        file: Option<OutgoingFile>,
+    },
+}
+
+/// What an accepted command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Accepted {
+    Done,
+    /// A `Deliver` reached this device (S5).
+    Delivered(DeviceId),
 }
 
 /// Why a command was refused. Nothing was sent.
@@ -199,6 +224,27 @@ pub enum CommandError {
     TooManyPrompts,
     /// Output for an offline device would exceed its hold (M4).
     HoldFull,
+    /// `Deliver` to a device that is not connected (S3: nothing is held, the sender retries).
+    DeviceOffline,
+    /// `Deliver` without a target and without `MOBILE_HOME_DEVICE` (S3).
+    BadTarget,
+}
+
+impl CommandError {
+    /// The stable code of the agent protocol (docs/agent-protocol.md).
+    pub fn code(&self) -> &'static str {
+        match self {
+            CommandError::MessageFinished => "message_finished",
+            CommandError::FileTooBig => "file_too_big",
+            CommandError::DuplicatePrompt => "duplicate_prompt",
+            CommandError::InvalidPrompt(_) => "invalid_prompt",
+            CommandError::TooManyStreams => "too_many_streams",
+            CommandError::TooManyPrompts => "too_many_prompts",
+            CommandError::HoldFull => "hold_full",
+            CommandError::DeviceOffline => "device_offline",
+            CommandError::BadTarget => "bad_target",
+        }
+    }
 }
 
 impl std::fmt::Display for CommandError {
@@ -211,6 +257,8 @@ impl std::fmt::Display for CommandError {
             CommandError::TooManyStreams => f.write_str("too many replies streaming to this device"),
             CommandError::TooManyPrompts => f.write_str("too many cards open for this device or in all"),
             CommandError::HoldFull => f.write_str("offline hold for this device is full"),
+            CommandError::DeviceOffline => f.write_str("target device is not online"),
+            CommandError::BadTarget => f.write_str("deliver needs a target (no MOBILE_HOME_DEVICE set)"),
         }
     }
 }

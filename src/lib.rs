@@ -39,6 +39,7 @@
 //! in this crate states the invariant that makes it unreachable.
 
 pub mod agent;
+pub mod agent_link;
 mod auth;
 pub mod base64;
 pub mod chunking;
@@ -57,7 +58,7 @@ pub mod time;
 pub mod uploads;
 pub mod wire;
 
-pub use agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptKind, PromptRequest, UserInfo};
+pub use agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptKind, PromptRequest, UserInfo};
 pub use config::Config;
 pub use gateway::{Gateway, Output, Peer, Stats};
 pub use ids::{ConnId, DeviceId, MessageId, PromptId};

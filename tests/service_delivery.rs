@@ -261,3 +261,58 @@ fn a_service_retry_is_recognised_whatever_device_id_its_new_connection_says() {
     }
     assert_eq!(h.take(phone).len(), 1, "sent once");
 }
+
+fn agent_deliver(id: &str, target: &str, text: &str) -> hermes_mobile::AgentCommand {
+    hermes_mobile::AgentCommand::Deliver {
+        sender: "link".into(),
+        id: id.into(),
+        target: target.into(),
+        text: Some(text.into()),
+        file: None,
+    }
+}
+
+#[test]
+fn the_agent_link_delivers_with_the_same_rules() {
+    // decisions S3-S5 over the agent link (issue 9): confirmed with the device reached, a
+    // repeat confirmed but not re-sent, an offline target refused and not remembered.
+    use hermes_mobile::{Accepted, CommandError, DeviceId};
+    let mut h = Harness::with_config(config());
+    assert_eq!(
+        h.try_agent(agent_deliver("c1", "mobile:tel-1", "hi")),
+        Err(CommandError::DeviceOffline)
+    );
+    let phone = h.connect("tel-1");
+    assert_eq!(
+        h.try_agent(agent_deliver("c1", "mobile:tel-1", "hi")),
+        Ok(Accepted::Delivered(DeviceId("tel-1".into())))
+    );
+    assert_eq!(
+        h.try_agent(agent_deliver("c1", "tel-1", "hi")),
+        Ok(Accepted::Delivered(DeviceId("tel-1".into())))
+    );
+    let frames = h.take(phone);
+    assert_eq!(Harness::types(&frames), ["message"], "sent once");
+    assert_eq!(
+        h.try_agent(agent_deliver("c2", "", "hi")),
+        Err(CommandError::BadTarget)
+    );
+}
+
+#[test]
+fn the_agent_hears_when_devices_come_and_go() {
+    use hermes_mobile::AgentEvent;
+    let mut h = Harness::new();
+    let phone = h.connect("tel-1");
+    h.close(phone);
+    let kinds: Vec<&str> = h
+        .presence
+        .iter()
+        .map(|e| match e {
+            AgentEvent::DeviceOnline { .. } => "online",
+            AgentEvent::DeviceOffline { .. } => "offline",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["online", "offline"]);
+}

@@ -24,6 +24,8 @@ pub enum TimerKind {
     Linger,
     /// Retry `accept` after it failed for lack of resources (EMFILE).
     AcceptRetry,
+    /// Hand freed heap pages back to the kernel, a little after memory was let go.
+    Trim,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

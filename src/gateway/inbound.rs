@@ -4,7 +4,7 @@ use std::borrow::Cow;
 
 use super::timers::TimerKey;
 use super::{AvatarState, ConnState, Gateway, Output};
-use crate::agent::{AgentEvent, Audio, UserInfo};
+use crate::agent::{AgentEvent, Audio, CommandError, UserInfo};
 use crate::auth::{authorize, Role};
 use crate::base64::{decode_bounded, BoundedDecodeError};
 use crate::ids::{ConnId, DeviceId};
@@ -92,6 +92,12 @@ impl Gateway {
             id: hello.user_id.into_owned(),
             name: hello.user_name.into_owned(),
         };
+        let online = AgentEvent::DeviceOnline {
+            device: device.clone(),
+            name: d.name.clone(),
+            user: d.user.clone(),
+        };
+        self.events.push_back(online);
         // H5, P1: open cards first, then output held while offline (M4).
         let cards: Vec<String> = self.prompts.for_device(&device).iter().map(|c| c.frame(now)).collect();
         for frame in cards {
@@ -300,19 +306,10 @@ impl Gateway {
         };
         let sender = &key;
         if let Some(target) = self.delivered.get(now, sender, id) {
+            // A repeat is confirmed before its media is decoded again.
             let frame = delivered_frame(id, target);
             return self.send(conn, frame);
         }
-        let raw_target = d.target.trim();
-        let target = raw_target.strip_prefix("mobile:").unwrap_or(raw_target).trim();
-        let target = match (target.is_empty(), &self.config.home_device) {
-            (false, _) => DeviceId(target.to_owned()),
-            (true, Some(home)) => DeviceId(home.clone()),
-            (true, None) => {
-                let r = Rejection::bad_frame("deliver needs a target (no MOBILE_HOME_DEVICE set)");
-                return self.send_error(conn, &r.with_id(Some(id)), false);
-            }
-        };
         let file = match d.media {
             None => None,
             Some(m) => {
@@ -336,15 +333,52 @@ impl Gateway {
                 })
             }
         };
+        match self.deliver_now(now, sender, id, &d.target, d.text.as_deref(), file) {
+            Ok(target) => self.send(conn, delivered_frame(id, target.as_str())),
+            Err(CommandError::BadTarget) => {
+                let r = Rejection::bad_frame("deliver needs a target (no MOBILE_HOME_DEVICE set)");
+                self.send_error(conn, &r.with_id(Some(id)), false)
+            }
+            Err(_) => {
+                // S3: not fatal, carries the id, not recorded so cron can retry.
+                let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online");
+                self.send_error(conn, &r.with_id(Some(id)), false)
+            }
+        }
+    }
+
+    /// S3–S5 for any sender (a service connection, or the agent link): resolves the target,
+    /// sends text then media with new server ids, and records `id` for the sender (S4).
+    /// A repeat within the window is confirmed again without being sent again.
+    pub(super) fn deliver_now(
+        &mut self,
+        now: Time,
+        sender: &DeviceId,
+        id: &str,
+        raw_target: &str,
+        text: Option<&str>,
+        file: Option<crate::agent::OutgoingFile>,
+    ) -> Result<DeviceId, CommandError> {
+        if let Some(target) = self.delivered.get(now, sender, id) {
+            return Ok(DeviceId(target.clone()));
+        }
+        let raw_target = raw_target.trim();
+        let target = raw_target.strip_prefix("mobile:").unwrap_or(raw_target).trim();
+        let target = match (target.is_empty(), &self.config.home_device) {
+            (false, _) => DeviceId(target.to_owned()),
+            (true, Some(home)) => DeviceId(home.clone()),
+            (true, None) => return Err(CommandError::BadTarget),
+        };
+        if file.as_ref().is_some_and(|f| f.data.len() > MAX_MEDIA_BYTES) {
+            return Err(CommandError::FileTooBig);
+        }
         let Some(target_conn) = self.devices.get(&target).and_then(|d| d.conn) else {
-            // S3: not fatal, carries the id, not recorded so cron can retry.
-            let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online");
-            return self.send_error(conn, &r.with_id(Some(id)), false);
+            return Err(CommandError::DeviceOffline);
         };
         // S4: text first, then media, each with a new server id.
-        if let Some(text) = d.text {
+        if let Some(text) = text {
             let message_id = self.ids.frame_id("d");
-            for frame in self.message_frames(&message_id, &text, false, true) {
+            for frame in self.message_frames(&message_id, text, false, true) {
                 self.send(target_conn, frame);
             }
         }
@@ -356,7 +390,7 @@ impl Gateway {
         }
         self.delivered.insert(now, sender, id, target.0.clone());
         self.arm_sweep(now);
-        self.send(conn, delivered_frame(id, target.as_str()));
+        Ok(target)
     }
 }
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::timers::{claim, TimerKey};
 use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
-use crate::agent::{AgentCommand, AgentEvent, CommandError, OutgoingFile};
+use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile};
 use crate::chunking::split_reply;
 use crate::hold::Held;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
@@ -20,9 +20,13 @@ use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Ty
 
 impl Gateway {
     /// A command from the agent. On error nothing was sent or held.
-    pub fn handle_agent(&mut self, now: Time, command: AgentCommand) -> Result<(), CommandError> {
+    pub fn handle_agent(&mut self, now: Time, command: AgentCommand) -> Result<Accepted, CommandError> {
         self.now = self.now.max(now);
-        match command {
+        self.handle_port_command(now, command)
+    }
+
+    fn handle_port_command(&mut self, now: Time, command: AgentCommand) -> Result<Accepted, CommandError> {
+        let done = match command {
             AgentCommand::Reply {
                 device,
                 message,
@@ -89,7 +93,20 @@ impl Gateway {
                 }
                 Ok(())
             }
-        }
+            AgentCommand::Deliver {
+                sender,
+                id,
+                target,
+                text,
+                file,
+            } => {
+                // The agent's deliveries are keyed apart from services' and phones' (L34).
+                let sender = DeviceId(format!("a:{sender}"));
+                let device = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
+                return Ok(Accepted::Delivered(device));
+            }
+        };
+        done.map(|()| Accepted::Done)
     }
 
     fn online_conn(&self, device: &DeviceId) -> Option<ConnId> {

@@ -18,6 +18,8 @@ pub struct Harness {
     /// Close (code, reason) per connection.
     pub closed: HashMap<ConnId, (u16, String)>,
     pub events: Vec<AgentEvent>,
+    /// `DeviceOnline`/`DeviceOffline` events, in order.
+    pub presence: Vec<AgentEvent>,
 }
 
 impl Harness {
@@ -33,6 +35,7 @@ impl Harness {
             sent: HashMap::new(),
             closed: HashMap::new(),
             events: Vec::new(),
+            presence: Vec::new(),
         }
     }
 
@@ -57,7 +60,11 @@ impl Harness {
             }
         }
         while let Some(e) = self.gw.poll_event() {
-            self.events.push(e);
+            match e {
+                // Presence has its own record, so that tests of messages see messages.
+                AgentEvent::DeviceOnline { .. } | AgentEvent::DeviceOffline { .. } => self.presence.push(e),
+                e => self.events.push(e),
+            }
         }
     }
 
@@ -110,6 +117,13 @@ impl Harness {
     pub fn agent(&mut self, cmd: AgentCommand) {
         self.gw.handle_agent(self.now, cmd).expect("agent command accepted");
         self.pump();
+    }
+
+    /// An agent command that may be refused; its outcome.
+    pub fn try_agent(&mut self, cmd: AgentCommand) -> Result<hermes_mobile::Accepted, hermes_mobile::CommandError> {
+        let outcome = self.gw.handle_agent(self.now, cmd);
+        self.pump();
+        outcome
     }
 
     pub fn close(&mut self, conn: ConnId) {

@@ -317,7 +317,7 @@ impl Agent for DemoAgent {
                 };
                 self.say(&device, format!("expired: {what}"));
             }
-            AgentEvent::UserTyping { .. } => {}
+            AgentEvent::UserTyping { .. } | AgentEvent::DeviceOnline { .. } | AgentEvent::DeviceOffline { .. } => {}
         }
     }
 
@@ -373,7 +373,7 @@ impl Agent for DemoAgent {
                 }
                 device
             }
-            Refused::Other { .. } => return,
+            Refused::Other { .. } | Refused::Delivery { .. } => return,
         };
         self.say(&device, format!("error: the gateway refused it: {error}"));
     }

@@ -13,6 +13,8 @@ pub enum Refused {
     Reply { device: DeviceId, message: MessageId },
     Prompt { device: DeviceId, prompt: PromptId },
     Other { device: DeviceId },
+    /// A `deliver`, addressed by target rather than device.
+    Delivery { id: String },
 }
 
 impl Refused {
@@ -31,6 +33,7 @@ impl Refused {
             | AgentCommand::Typing { device }
             | AgentCommand::Avatar { device, .. }
             | AgentCommand::EndTurn { device } => Refused::Other { device: device.clone() },
+            AgentCommand::Deliver { id, .. } => Refused::Delivery { id: id.clone() },
         }
     }
 }

@@ -28,6 +28,9 @@ const LINGER: Duration = Duration::from_secs(2);
 /// How long a connection may take to go once its close is decided, whatever it still has
 /// queued or however it stalls its reads: after this the socket is dropped (issue 8 #1).
 const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long after memory was let go the heap is trimmed: long enough for a burst to end,
+/// short enough that RSS is back down soon after (issue 8: 30 s after the abuse).
+const TRIM_DELAY: Duration = Duration::from_secs(10);
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Server {
@@ -61,6 +64,8 @@ pub struct Server {
     accept_failing: bool,
     /// An accept retry is on the wheel: one chain of retries in all, not one per event.
     accept_retry_armed: bool,
+    /// A heap trim is on the wheel (`memory::trim`), armed when memory was let go.
+    trim_armed: bool,
     signals: StopSignals,
     /// Bytes of frames queued for all connections, not yet taken by their sockets.
     outbox_total: usize,
@@ -119,6 +124,7 @@ impl Server {
             shutdown_at: None,
             accept_failing: false,
             accept_retry_armed: false,
+            trim_armed: false,
             signals,
             outbox_total: 0,
             stop_requested: false,
@@ -599,5 +605,15 @@ impl Server {
             self.core.handle_close(t, id);
         }
         self.dead.push(key);
+        self.schedule_trim(Instant::now());
+    }
+
+    /// Arms one heap trim `TRIM_DELAY` from now unless one is armed: a burst of ends gets
+    /// one trim after it, and an idle server none.
+    fn schedule_trim(&mut self, now: Instant) {
+        if !self.trim_armed {
+            self.trim_armed = true;
+            self.wheel.insert(now + TRIM_DELAY, TimerKind::Trim, 0, 0);
+        }
     }
 }

@@ -22,10 +22,16 @@ impl Server {
             TimerKind::Core => {
                 self.core_wake = None;
                 self.core.handle_timeout(t);
+                // Its timeouts expire held output, dedup entries and cards: memory let go.
+                self.schedule_trim(now);
             }
             TimerKind::Agent => {
                 self.agent_wake = None;
                 self.agent.handle_timeout(t);
+            }
+            TimerKind::Trim => {
+                self.trim_armed = false;
+                crate::memory::trim();
             }
             TimerKind::AcceptRetry => {
                 self.accept_retry_armed = false;
