@@ -60,7 +60,11 @@ pub enum AgentEvent {
     UserTyping { device: DeviceId },
     /// A device said `hello` and is reachable (a new connection of an online device
     /// replacing the old one says so again).
-    DeviceOnline { device: DeviceId, name: String, user: UserInfo },
+    DeviceOnline {
+        device: DeviceId,
+        name: String,
+        user: UserInfo,
+    },
     /// A device's connection ended; its output is held (M4) until it is back.
     DeviceOffline { device: DeviceId },
 }

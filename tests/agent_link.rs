@@ -20,19 +20,29 @@ use serde_json::{json, Value};
 const AGENT: PeerId = PeerId(1);
 
 fn new_link() -> AgentLink {
-    AgentLink::new("hermes-mobile/test", 300, Some("agent-token".into()), QueueLimits::default())
+    AgentLink::new(
+        "hermes-mobile/test",
+        300,
+        Some("agent-token".into()),
+        QueueLimits::default(),
+    )
 }
 
 /// Lines written to `peer`, parsed; commands, in order.
-fn drain(link: &mut AgentLink) -> (Vec<(PeerId, Value)>, Vec<(Origin, LinkCommand)>, Vec<PeerId>) {
+type Drained = (Vec<(PeerId, Value)>, Vec<(Origin, LinkCommand)>, Vec<PeerId>);
+
+fn drain(link: &mut AgentLink) -> Drained {
     let (mut lines, mut commands, mut closed) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(out) = link.poll_output() {
         match out {
             LinkOutput::Write { peer, line } => {
-                assert!(line.ends_with('\n') && !line[..line.len() - 1].contains('\n'), "one line: {line}");
+                assert!(
+                    line.ends_with('\n') && !line[..line.len() - 1].contains('\n'),
+                    "one line: {line}"
+                );
                 lines.push((peer, serde_json::from_str(&line).unwrap()));
             }
-            LinkOutput::Command { origin, command } => commands.push((origin, command)),
+            LinkOutput::Command { origin, command } => commands.push((origin, *command)),
             LinkOutput::Close { peer, .. } => closed.push(peer),
         }
     }
@@ -103,7 +113,11 @@ fn lines_before_hello_and_bad_lines_get_errors_and_the_link_stays() {
     link.handle_line(Time::ZERO, AGENT, b"not json at all");
     link.handle_line(Time::ZERO, AGENT, br#"{"t":"hello","v":1}"#);
     link.handle_line(Time::ZERO, AGENT, br#"{"t":"reply","ref":"r1","device":"tel-1"}"#);
-    link.handle_line(Time::ZERO, AGENT, br#"{"t":"reply","ref":"r2","device":5,"id":"a","text":"x"}"#);
+    link.handle_line(
+        Time::ZERO,
+        AGENT,
+        br#"{"t":"reply","ref":"r2","device":5,"id":"a","text":"x"}"#,
+    );
     link.handle_line(Time::ZERO, AGENT, br#"{"t":"dance","ref":"r3"}"#);
     link.handle_line(Time::ZERO, AGENT, br#"[1,2]"#);
     link.handle_too_big(AGENT);
@@ -188,7 +202,11 @@ fn end_turn_clears_the_turn_so_a_later_detach_says_nothing() {
 fn messages_wait_in_order_while_detached_with_one_away_notice_per_device() {
     let mut link = new_link();
     for (i, device) in ["tel-1", "tel-1", "tel-2", "tel-1"].iter().enumerate() {
-        link.handle_event(Time::from_secs(i as u64), text_event(device, &format!("m{i}"), "hi"), None);
+        link.handle_event(
+            Time::from_secs(i as u64),
+            text_event(device, &format!("m{i}"), "hi"),
+            None,
+        );
     }
     let (_, commands, _) = drain(&mut link);
     let notices: Vec<String> = commands
@@ -394,7 +412,9 @@ fn delivery_connections_may_only_deliver_and_do_not_replace_the_agent() {
     assert_eq!(lines[1].1["code"], "forbidden");
     assert!(closed.is_empty());
     assert_eq!(commands.len(), 1);
-    assert!(matches!(ready(&commands[0].1), AgentCommand::Deliver { id, target, .. } if id == "cron-1" && target == "mobile:tel-1"));
+    assert!(
+        matches!(ready(&commands[0].1), AgentCommand::Deliver { id, target, .. } if id == "cron-1" && target == "mobile:tel-1")
+    );
     assert!(link.is_attached());
     link.handle_peer_closed(Time::ZERO, PeerId(5));
     assert!(link.is_attached());
@@ -406,8 +426,13 @@ fn commands_parse_as_documented() {
         AgentLine::Command { command, .. } => command,
         other => panic!("{other:?}"),
     };
-    match parse(r#"{"t":"send_file","device":"tel-1","kind":"image","name":"a.png","path":"/tmp/a.png","caption":"c","reply_to":"m1"}"#) {
-        LinkCommand::NeedsFile { command: AgentCommand::SendFile { file, .. }, path } => {
+    match parse(
+        r#"{"t":"send_file","device":"tel-1","kind":"image","name":"a.png","path":"/tmp/a.png","caption":"c","reply_to":"m1"}"#,
+    ) {
+        LinkCommand::NeedsFile {
+            command: AgentCommand::SendFile { file, .. },
+            path,
+        } => {
             assert_eq!(path, std::path::PathBuf::from("/tmp/a.png"));
             assert_eq!(file.kind, DownloadKind::Image);
             assert_eq!(file.caption.as_deref(), Some("c"));
@@ -420,7 +445,9 @@ fn commands_parse_as_documented() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        parse(r#"{"t":"open_prompt","device":"tel-1","prompt":"p1","kind":"exec_approval","command":"rm x","description":"d","options":["once","deny"],"ttl":60}"#),
+        parse(
+            r#"{"t":"open_prompt","device":"tel-1","prompt":"p1","kind":"exec_approval","command":"rm x","description":"d","options":["once","deny"],"ttl":60}"#
+        ),
         LinkCommand::Ready(AgentCommand::OpenPrompt {
             device: DeviceId("tel-1".into()),
             prompt: PromptId("p1".into()),
@@ -434,20 +461,35 @@ fn commands_parse_as_documented() {
     );
     assert!(matches!(
         parse(r#"{"t":"open_prompt","device":"d","prompt":"p","kind":"clarify","question":"q?","choices":["a","b"]}"#),
-        LinkCommand::Ready(AgentCommand::OpenPrompt { request: PromptRequest::Clarify { .. }, .. })
+        LinkCommand::Ready(AgentCommand::OpenPrompt {
+            request: PromptRequest::Clarify { .. },
+            ..
+        })
     ));
     assert!(matches!(
         parse(r#"{"t":"open_prompt","device":"d","prompt":"p","kind":"slash_confirm","text":"Start over?"}"#),
-        LinkCommand::Ready(AgentCommand::OpenPrompt { request: PromptRequest::SlashConfirm { .. }, .. })
+        LinkCommand::Ready(AgentCommand::OpenPrompt {
+            request: PromptRequest::SlashConfirm { .. },
+            ..
+        })
     ));
     assert!(matches!(
         parse(r#"{"t":"reply","device":"d","id":"a","text":"x"}"#),
         LinkCommand::Ready(AgentCommand::Reply { done: true, .. })
     ));
     let err = |s: &str| parse_agent_line(s.as_bytes()).unwrap_err().code;
-    assert_eq!(err(r#"{"t":"send_file","device":"d","kind":"image","name":"a","path":"rel/a.png"}"#), "file_unreadable");
-    assert_eq!(err(r#"{"t":"send_file","device":"d","kind":"image","name":"a","data":"@@@"}"#), "bad_data");
-    assert_eq!(err(r#"{"t":"send_file","device":"d","kind":"sticker","name":"a","data":""}"#), "bad_line");
+    assert_eq!(
+        err(r#"{"t":"send_file","device":"d","kind":"image","name":"a","path":"rel/a.png"}"#),
+        "file_unreadable"
+    );
+    assert_eq!(
+        err(r#"{"t":"send_file","device":"d","kind":"image","name":"a","data":"@@@"}"#),
+        "bad_data"
+    );
+    assert_eq!(
+        err(r#"{"t":"send_file","device":"d","kind":"sticker","name":"a","data":""}"#),
+        "bad_line"
+    );
     assert_eq!(err(r#"{"t":"deliver","ref":"d"}"#), "bad_line");
     let big = format!(
         r#"{{"t":"send_file","device":"d","kind":"image","name":"a","data":"{}"}}"#,

@@ -293,10 +293,7 @@ fn the_agent_link_delivers_with_the_same_rules() {
     );
     let frames = h.take(phone);
     assert_eq!(Harness::types(&frames), ["message"], "sent once");
-    assert_eq!(
-        h.try_agent(agent_deliver("c2", "", "hi")),
-        Err(CommandError::BadTarget)
-    );
+    assert_eq!(h.try_agent(agent_deliver("c2", "", "hi")), Err(CommandError::BadTarget));
 }
 
 #[test]

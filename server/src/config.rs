@@ -86,7 +86,13 @@ pub const SETTINGS: &[Setting] = &[
         flag: "--agent",
         env: "MOBILE_AGENT",
         default: "demo",
-        help: "the agent behind the gateway: demo",
+        help: "the agent: demo, exec:<command line> (a child speaking docs/agent-protocol.md on stdin/stdout), link[:<socket path>] (agents connect to a Unix socket, default <state dir>/agent.sock)",
+    },
+    Setting {
+        flag: "--agent-token",
+        env: "MOBILE_AGENT_TOKEN",
+        default: "",
+        help: "with --agent link: also accept an agent on the WebSocket route /agent with this token (16+ characters, not the app token)",
     },
     Setting {
         flag: "--max-connections",
@@ -132,9 +138,13 @@ pub const SETTINGS: &[Setting] = &[
     },
 ];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentKind {
     Demo,
+    /// A child process running this command line (through `/bin/sh -c`).
+    Exec(String),
+    /// Agents connect to this Unix socket (`None`: `<state dir>/agent.sock`).
+    Link(Option<PathBuf>),
 }
 
 /// Everything the server needs. `core.token` is empty until the state directory is read.
@@ -146,6 +156,8 @@ pub struct ServerConfig {
     pub token_given: bool,
     pub state_dir: PathBuf,
     pub agent: AgentKind,
+    /// The `/agent` route's token (link mode only); never logged.
+    pub agent_token: Option<String>,
     pub max_connections: usize,
     pub log_level: log::LevelFilter,
     /// Parts of `RUST_LOG` that were not understood, to be logged once the logger is up.
@@ -156,6 +168,32 @@ pub struct ServerConfig {
     pub max_queue_bytes: usize,
     /// Frames queued for all clients together (half the memory budget, L36).
     pub max_outbox_total: usize,
+}
+
+/// `demo`, `exec:<command line>`, `link` or `link:<socket path>`.
+fn agent_kind(value: &str) -> Result<AgentKind, String> {
+    let value = value.trim();
+    if value.is_empty() || value == "demo" {
+        return Ok(AgentKind::Demo);
+    }
+    if let Some(command) = value.strip_prefix("exec:") {
+        if command.trim().is_empty() {
+            return Err("MOBILE_AGENT=exec: needs a command line, e.g. exec:python3 my_agent.py".into());
+        }
+        return Ok(AgentKind::Exec(command.trim().to_owned()));
+    }
+    if value == "link" {
+        return Ok(AgentKind::Link(None));
+    }
+    if let Some(path) = value.strip_prefix("link:") {
+        if path.trim().is_empty() {
+            return Ok(AgentKind::Link(None));
+        }
+        return Ok(AgentKind::Link(Some(PathBuf::from(path.trim()))));
+    }
+    Err(format!(
+        "unknown agent {value:?}: use demo, exec:<command line> or link[:<socket path>]"
+    ))
 }
 
 fn list(s: &str) -> Vec<String> {
@@ -294,10 +332,19 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
     if let Some(v) = get("--typing-idle") {
         core.typing_idle = seconds("MOBILE_TYPING_IDLE", v)?;
     }
-    let agent = match get("--agent").unwrap_or("demo").trim() {
-        "demo" | "" => AgentKind::Demo,
-        other => return Err(format!("unknown agent {other:?}: this build has the demo agent")),
-    };
+    let agent = agent_kind(get("--agent").unwrap_or("demo"))?;
+    let agent_token = get("--agent-token")
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(str::to_owned);
+    if let Some(t) = &agent_token {
+        if !matches!(agent, AgentKind::Link(_)) {
+            return Err("MOBILE_AGENT_TOKEN opens /agent, which needs MOBILE_AGENT=link".into());
+        }
+        if t.chars().count() < 16 {
+            return Err("MOBILE_AGENT_TOKEN must be at least 16 characters".into());
+        }
+    }
     let (log_level, log_warning) = log_level(get("--log-level").unwrap_or(""));
     // L36: one setting for the memory the gateway may hold for peers, split by share.
     let budget_mib = match get("--memory-budget") {
@@ -329,6 +376,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
             .map(PathBuf::from)
             .unwrap_or_else(|| default_state_dir(env)),
         agent,
+        agent_token,
         max_connections,
         log_level,
         log_warning,

@@ -83,7 +83,7 @@ pub enum Phase {
         stream: TcpStream,
         out: Vec<u8>,
         written: usize,
-        upgrade: Option<(Vec<u8>, bool)>,
+        upgrade: Option<(Vec<u8>, bool, bool)>,
     },
     /// A plain response is out and our side is shut: read and discard until the peer closes,
     /// so unread request bytes do not turn the close into a reset that eats the response.
@@ -121,6 +121,8 @@ pub struct Conn {
     pub device: Option<String>,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
+    /// An `/agent` WebSocket: its peer on the agent link (the core never sees it).
+    pub agent_peer: Option<hermes_mobile::agent_link::PeerId>,
 }
 
 /// How a read ended, when it did not fail.
@@ -161,6 +163,7 @@ impl Conn {
             pinged: false,
             device: None,
             reason: None,
+            agent_peer: None,
         }
     }
 

@@ -12,7 +12,12 @@ const MAX_HEADERS: usize = 32;
 pub enum Route {
     /// `GET /ws` with a valid WebSocket upgrade: the 101 response to send, and whether the
     /// request carried `Forwarded` or `X-Forwarded-For` (decisions S1).
-    Upgrade { response: Vec<u8>, forwarded: bool },
+    Upgrade {
+        response: Vec<u8>,
+        forwarded: bool,
+        /// `GET /agent`: an agent on the agent link, not a phone.
+        agent: bool,
+    },
     /// `GET /healthz`.
     Health,
     /// Anything else: a complete response to send before closing.
@@ -87,7 +92,8 @@ pub fn parse(buf: &[u8]) -> Head {
     let path = req.path.unwrap_or("/").split('?').next().unwrap_or("/").to_owned();
     let method = req.method.unwrap_or("");
     let route = match (method, path.as_str()) {
-        ("GET", "/ws") => upgrade(req.headers),
+        ("GET", "/ws") => upgrade(req.headers, false),
+        ("GET", "/agent") => upgrade(req.headers, true),
         ("GET", "/healthz") => Route::Health,
         _ => Route::Reply(text("404 Not Found", "not found")),
     };
@@ -110,7 +116,7 @@ fn is_websocket_key(key: &[u8]) -> bool {
             .is_ok_and(|k| k.len() == 16)
 }
 
-fn upgrade(headers: &[httparse::Header<'_>]) -> Route {
+fn upgrade(headers: &[httparse::Header<'_>], agent: bool) -> Route {
     let wants_ws = has_token(header(headers, "upgrade"), "websocket");
     if !wants_ws {
         return Route::Reply(response(
@@ -137,7 +143,11 @@ fn upgrade(headers: &[httparse::Header<'_>]) -> Route {
     let response =
         format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")
             .into_bytes();
-    Route::Upgrade { response, forwarded }
+    Route::Upgrade {
+        response,
+        forwarded,
+        agent,
+    }
 }
 
 #[cfg(test)]
@@ -163,7 +173,9 @@ mod tests {
     #[test]
     fn websocket_upgrade_gets_101_with_the_accept_key() {
         match route(&format!("{UPGRADE}\r\n")) {
-            Route::Upgrade { response, forwarded } => {
+            Route::Upgrade {
+                response, forwarded, ..
+            } => {
                 let text = String::from_utf8(response).unwrap();
                 assert!(text.contains("Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo="));
                 assert!(!forwarded);

@@ -4,6 +4,7 @@ mod agent;
 mod config;
 mod conn;
 mod env_file;
+mod fileio;
 mod http;
 mod memory;
 mod send;
@@ -123,6 +124,14 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
         Err(e) => return fail(e, 1),
     }
+    if let Some(agent_token) = &config.agent_token {
+        if hermes_mobile::agent_link::tokens_equal(agent_token, &config.core.token) {
+            return fail(
+                "MOBILE_AGENT_TOKEN must differ from the app token: a phone must not be able to act as the agent",
+                2,
+            );
+        }
+    }
     let seed = match state::random_bytes::<8>() {
         Ok(b) => u64::from_le_bytes(b),
         Err(e) => return fail(format!("no random source: {e}"), 1),
@@ -132,7 +141,11 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(s) => s,
         Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
     };
-    log::info!("listening on ws://{}/ws (agent: demo)", server.local_addr());
+    log::info!(
+        "listening on ws://{}/ws (agent: {})",
+        server.local_addr(),
+        server.agent_summary()
+    );
     match server.run() {
         Ok(()) => 0,
         Err(e) => fail(format!("event loop failed: {e}"), 1),

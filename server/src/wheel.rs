@@ -26,6 +26,8 @@ pub enum TimerKind {
     AcceptRetry,
     /// Hand freed heap pages back to the kernel, a little after memory was let go.
     Trim,
+    /// Start the `exec:` agent again after it exited.
+    AgentRestart,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

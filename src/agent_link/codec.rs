@@ -41,7 +41,10 @@ pub struct LinkHello {
 pub enum LinkCommand {
     Ready(AgentCommand),
     /// `command`'s file (its `OutgoingFile::data` still empty) is at `path`.
-    NeedsFile { command: AgentCommand, path: PathBuf },
+    NeedsFile {
+        command: AgentCommand,
+        path: PathBuf,
+    },
 }
 
 impl LinkCommand {
@@ -66,7 +69,8 @@ pub fn file_of(command: &mut AgentCommand) -> Option<&mut OutgoingFile> {
     }
 }
 
-/// One line from an agent.
+/// One line from an agent. Returned and consumed at once, so its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AgentLine {
     Hello(LinkHello),
@@ -190,7 +194,9 @@ pub fn parse_agent_line(line: &[u8]) -> Result<AgentLine, LineError> {
     let raw: RawLine<'_> = match serde_json::from_slice(line) {
         Ok(raw) => raw,
         Err(e) => {
-            let reference = serde_json::from_slice::<RefOnly<'_>>(line).ok().and_then(|r| r.reference);
+            let reference = serde_json::from_slice::<RefOnly<'_>>(line)
+                .ok()
+                .and_then(|r| r.reference);
             let message = if e.is_syntax() || e.is_eof() {
                 format!("not JSON: {e}")
             } else {
@@ -199,7 +205,10 @@ pub fn parse_agent_line(line: &[u8]) -> Result<AgentLine, LineError> {
             return Err(bad(message).with_ref(reference.as_deref()));
         }
     };
-    let reference = raw.reference.as_deref().map(|r| truncate_chars(r, MAX_ID_CHARS).to_owned());
+    let reference = raw
+        .reference
+        .as_deref()
+        .map(|r| truncate_chars(r, MAX_ID_CHARS).to_owned());
     let t = raw.t.clone().unwrap_or_default();
     let result = match &*t {
         "hello" => hello(&raw).map(AgentLine::Hello),
@@ -262,10 +271,12 @@ enum Source {
 
 fn source(path: Option<&str>, data: Option<&str>, t: &str) -> Result<Source, LineError> {
     match (path, data) {
-        (_, Some(data)) => decode_bounded(data, MAX_MEDIA_BYTES).map(Source::Data).map_err(|e| match e {
-            BoundedDecodeError::TooBig => LineError::new("file_too_big", "file is over 8 MiB"),
-            BoundedDecodeError::Invalid => LineError::new("bad_data", "`data` is not valid base64"),
-        }),
+        (_, Some(data)) => decode_bounded(data, MAX_MEDIA_BYTES)
+            .map(Source::Data)
+            .map_err(|e| match e {
+                BoundedDecodeError::TooBig => LineError::new("file_too_big", "file is over 8 MiB"),
+                BoundedDecodeError::Invalid => LineError::new("bad_data", "`data` is not valid base64"),
+            }),
         (Some(path), None) => {
             let path = PathBuf::from(path);
             if path.is_absolute() {
@@ -306,7 +317,10 @@ fn command(t: &str, raw: RawLine<'_>) -> Result<LinkCommand, LineError> {
                 filename: required(&raw.name, "name", t)?.to_owned(),
                 caption: raw.caption.map(Cow::into_owned),
                 data: Vec::new(),
-                reply_to: raw.reply_to.as_deref().map(|r| truncate_chars(r, MAX_ID_CHARS).to_owned()),
+                reply_to: raw
+                    .reply_to
+                    .as_deref()
+                    .map(|r| truncate_chars(r, MAX_ID_CHARS).to_owned()),
             };
             let command = AgentCommand::SendFile { device, file };
             let source = source(raw.path.as_deref(), raw.data.as_deref(), t)?;
@@ -343,12 +357,16 @@ fn command(t: &str, raw: RawLine<'_>) -> Result<LinkCommand, LineError> {
                 ttl_secs: raw.ttl,
             }
         }
-        "typing" => AgentCommand::Typing { device: device(&raw, t)? },
+        "typing" => AgentCommand::Typing {
+            device: device(&raw, t)?,
+        },
         "avatar" => AgentCommand::Avatar {
             device: device(&raw, t)?,
             state: required(&raw.state, "state", t)?.to_owned(),
         },
-        "end_turn" => AgentCommand::EndTurn { device: device(&raw, t)? },
+        "end_turn" => AgentCommand::EndTurn {
+            device: device(&raw, t)?,
+        },
         "deliver" => {
             let id = id_field(&raw.id, "id", t)?;
             let target = raw.target.as_deref().unwrap_or("").to_owned();
@@ -420,7 +438,10 @@ struct User<'a> {
 
 impl<'a> From<&'a UserInfo> for User<'a> {
     fn from(u: &'a UserInfo) -> User<'a> {
-        User { id: &u.id, name: &u.name }
+        User {
+            id: &u.id,
+            name: &u.name,
+        }
     }
 }
 
@@ -565,7 +586,11 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
             let (kind, mime, name, bytes, caption) = match (audio, received) {
                 (Some(a), _) => {
                     voice_name = format!("voice.{}", a.format.as_str());
-                    let mime = if a.format.as_str() == "wav" { "audio/wav" } else { "audio/ogg" };
+                    let mime = if a.format.as_str() == "wav" {
+                        "audio/wav"
+                    } else {
+                        "audio/ogg"
+                    };
                     (Some("voice"), mime, voice_name.as_str(), &a.data[..], None)
                 }
                 (None, Some(f)) => (
@@ -660,7 +685,12 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
                 },
             )
         }
-        AgentEvent::UserTyping { device } => line("typing", &DeviceOnly { device: device.as_str() }),
+        AgentEvent::UserTyping { device } => line(
+            "typing",
+            &DeviceOnly {
+                device: device.as_str(),
+            },
+        ),
         AgentEvent::DeviceOnline { device, name, user } => line(
             "device_online",
             &Online {
@@ -669,7 +699,12 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
                 user: user.into(),
             },
         ),
-        AgentEvent::DeviceOffline { device } => line("device_offline", &DeviceOnly { device: device.as_str() }),
+        AgentEvent::DeviceOffline { device } => line(
+            "device_offline",
+            &DeviceOnly {
+                device: device.as_str(),
+            },
+        ),
     }
 }
 

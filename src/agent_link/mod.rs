@@ -19,3 +19,9 @@ pub use session::{
     AgentLink, LinkOutput, Origin, PeerId, QueueLimits, AGENT_AWAY_TEXT, AGENT_LOST_TEXT, MAX_DELIVER_PEERS,
     QUEUE_FULL_TEXT,
 };
+
+/// Whether two tokens are equal, in constant time (for checks like "the agent token must
+/// not be the app token").
+pub fn tokens_equal(a: &str, b: &str) -> bool {
+    crate::auth::ct_eq(a.as_bytes(), b.as_bytes())
+}

@@ -6,8 +6,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::Duration;
 
 use super::codec::{
-    error_line, event_line, ok_line, parse_agent_line, welcome_line, AgentLine, FileHandover, LineError,
-    LinkCommand, LinkRole, OnlineDevice, LINK_VERSION,
+    error_line, event_line, ok_line, parse_agent_line, welcome_line, AgentLine, FileHandover, LineError, LinkCommand,
+    LinkRole, OnlineDevice, LINK_VERSION,
 };
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError};
 use crate::auth::ct_eq;
@@ -33,7 +33,7 @@ pub enum LinkOutput {
     /// End the peer's connection (after what was written to it).
     Close { peer: PeerId, reason: String },
     /// Apply this command to the core; then report with [`AgentLink::handle_outcome`].
-    Command { origin: Origin, command: LinkCommand },
+    Command { origin: Origin, command: Box<LinkCommand> },
 }
 
 /// How much may wait for an agent while none is attached (docs/agent-protocol.md).
@@ -122,6 +122,11 @@ impl AgentLink {
         }
     }
 
+    /// The peer's role once its `hello` was accepted.
+    pub fn role_of(&self, peer: PeerId) -> Option<LinkRole> {
+        self.peers.get(&peer).and_then(|p| p.role)
+    }
+
     pub fn is_attached(&self) -> bool {
         self.agent.is_some()
     }
@@ -189,7 +194,10 @@ impl AgentLink {
             peer: None,
             reference: None,
         });
-        self.outputs.push_back(LinkOutput::Command { origin, command });
+        self.outputs.push_back(LinkOutput::Command {
+            origin,
+            command: Box::new(command),
+        });
     }
 
     fn write(&mut self, peer: PeerId, line: String) {
@@ -197,7 +205,12 @@ impl AgentLink {
     }
 
     fn refuse(&mut self, peer: PeerId, error: LineError) {
-        log::debug!("agent link peer {}: {} {}", peer.0, error.code, error.message.escape_debug());
+        log::debug!(
+            "agent link peer {}: {} {}",
+            peer.0,
+            error.code,
+            error.message.escape_debug()
+        );
         self.write(peer, error_line(&error));
     }
 
@@ -235,7 +248,11 @@ impl AgentLink {
                 }
                 match hello.role {
                     LinkRole::Deliver => {
-                        let delivering = self.peers.values().filter(|p| p.role == Some(LinkRole::Deliver)).count();
+                        let delivering = self
+                            .peers
+                            .values()
+                            .filter(|p| p.role == Some(LinkRole::Deliver))
+                            .count();
                         if delivering >= MAX_DELIVER_PEERS {
                             self.refuse(peer, LineError::new("busy", "too many delivery connections"));
                             return self.close(peer, "too many delivery connections");
@@ -282,7 +299,13 @@ impl AgentLink {
                         self.in_flight.remove(device);
                     }
                 }
-                self.command(Some(Origin { peer: Some(peer), reference }), command)
+                self.command(
+                    Some(Origin {
+                        peer: Some(peer),
+                        reference,
+                    }),
+                    command,
+                )
             }
         }
     }
@@ -377,7 +400,12 @@ impl AgentLink {
             return;
         }
         self.queued_bytes += bytes;
-        self.queue.push_back(Queued { at: now, event, file, bytes });
+        self.queue.push_back(Queued {
+            at: now,
+            event,
+            file,
+            bytes,
+        });
         if is_message {
             if self.told_away.insert(device.clone()) {
                 self.notice(&device, AGENT_AWAY_TEXT);

@@ -448,7 +448,8 @@ impl Gateway {
             if let Some(d) = self.devices.get_mut(&device) {
                 if d.conn == Some(conn) {
                     d.conn = None;
-                    self.events.push_back(AgentEvent::DeviceOffline { device: device.clone() });
+                    self.events
+                        .push_back(AgentEvent::DeviceOffline { device: device.clone() });
                 }
             }
             self.forget_device_if_unused(&device);

@@ -5,6 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
+use hermes_mobile::agent_link::FileHandover;
 use hermes_mobile::wire::{DownloadKind, UploadKind};
 use hermes_mobile::{
     AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time,
@@ -235,7 +236,7 @@ impl DemoAgent {
 }
 
 impl Agent for DemoAgent {
-    fn handle_event(&mut self, now: Time, event: AgentEvent) {
+    fn handle_event(&mut self, now: Time, event: AgentEvent, _file: Option<FileHandover>) {
         match event {
             AgentEvent::MessageReceived {
                 device,
@@ -395,6 +396,7 @@ mod tests {
                 audio: None,
                 file: None,
             },
+            None,
         );
         std::iter::from_fn(|| agent.poll_command()).collect()
     }

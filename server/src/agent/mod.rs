@@ -3,18 +3,30 @@
 //! is embedded; agents behind a child process or an HTTP API fit the same trait.
 
 pub mod demo;
+pub mod link;
 
-use hermes_mobile::{AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, PromptId, Time};
+use hermes_mobile::agent_link::FileHandover;
+use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, PromptId, Time};
 
 /// What a command the gateway refused was about, so that the agent can stop what it was
 /// doing (a stream that will never be shown, a card that was never opened).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refused {
-    Reply { device: DeviceId, message: MessageId },
-    Prompt { device: DeviceId, prompt: PromptId },
-    Other { device: DeviceId },
+    Reply {
+        device: DeviceId,
+        message: MessageId,
+    },
+    Prompt {
+        device: DeviceId,
+        prompt: PromptId,
+    },
+    Other {
+        device: DeviceId,
+    },
     /// A `deliver`, addressed by target rather than device.
-    Delivery { id: String },
+    Delivery {
+        id: String,
+    },
 }
 
 impl Refused {
@@ -39,8 +51,9 @@ impl Refused {
 }
 
 pub trait Agent {
-    /// Something happened on the gateway.
-    fn handle_event(&mut self, now: Time, event: AgentEvent);
+    /// Something happened on the gateway. A message's file or voice note was saved first;
+    /// `file` says where (or why it could not be).
+    fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>);
     /// Time passed; safe to call early.
     fn handle_timeout(&mut self, now: Time);
     /// The next command for the gateway. Drain until `None` after every `handle_*`.
@@ -49,4 +62,10 @@ pub trait Agent {
     fn poll_timeout(&self) -> Option<Time>;
     /// The gateway refused a command (nothing of it was sent).
     fn handle_refused(&mut self, _now: Time, _what: Refused, _error: &CommandError) {}
+    /// The gateway carried out the last command.
+    fn handle_accepted(&mut self, _now: Time, _accepted: &Accepted) {}
+    /// The agent link, for the server's transports; `None` for an embedded agent.
+    fn link_agent(&mut self) -> Option<&mut link::LinkAgent> {
+        None
+    }
 }

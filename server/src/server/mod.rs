@@ -6,21 +6,30 @@ use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use hermes_mobile::agent_link::{AgentLink, FileHandover, QueueLimits};
 use hermes_mobile::{AgentEvent, ConnId, Gateway, Output, Peer, Time};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::agent::demo::DemoAgent;
+use crate::agent::link::LinkAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
 use crate::conn::{Conn, Discarded, Drained, Incoming, Phase};
+use crate::fileio::{FileWorker, Ticket};
 use crate::http::{self, Head, Route};
 use crate::signals::StopSignals;
-use crate::state::MediaStore;
 use crate::wheel::{Entry, TimerKind, Wheel};
 
+mod agent_io;
+mod link;
 mod timers;
+
+use agent_io::{AgentIo, PeerHome};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNALS: Token = Token(usize::MAX - 2);
@@ -44,7 +53,17 @@ pub struct Server {
     agent: Box<dyn Agent>,
     origin: Instant,
     config: ServerConfig,
-    media: MediaStore,
+    /// Saves uploads and reads agents' files off the loop.
+    files: FileWorker,
+    /// Core events on their way to the agent, in order: one whose file is being saved
+    /// holds back those behind it.
+    parked: VecDeque<Parked>,
+    /// The agent link's pipes and sockets (`exec:`, `link`).
+    agent_io: AgentIo,
+    /// `/agent` is served (link mode with `MOBILE_AGENT_TOKEN`).
+    agent_route: bool,
+    /// A link peer's reading paused behind a command's file: read again once it is read.
+    link_paused: bool,
     core_wake: Option<Instant>,
     agent_wake: Option<Instant>,
     /// Slab keys to free once the current batch of events is handled (mio may still report
@@ -73,6 +92,12 @@ pub struct Server {
     stop_requested: bool,
 }
 
+/// A core event waiting for its turn to reach the agent.
+enum Parked {
+    Ready(Box<AgentEvent>, Option<FileHandover>),
+    Saving(Ticket),
+}
+
 fn conn_id(key: usize, generation: u32) -> ConnId {
     ConnId((u64::from(generation) << 32) | key as u64)
 }
@@ -98,9 +123,30 @@ impl Server {
         let origin = Instant::now();
         let mut core_config = config.core.clone();
         core_config.seed = seed;
-        let agent: Box<dyn Agent> = match config.agent {
-            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step)),
+        let waker = Arc::new(mio::Waker::new(poll.registry(), agent_io::WAKER)?);
+        let files = FileWorker::start(&config.state_dir, waker)?;
+        let mut agent_io = AgentIo::new();
+        let link = || {
+            let gateway = format!("hermes-mobile/{}", env!("CARGO_PKG_VERSION"));
+            let ttl = config.core.prompt_ttl.as_secs();
+            let link = AgentLink::new(&gateway, ttl, config.agent_token.clone(), QueueLimits::default());
+            Box::new(LinkAgent::new(link))
         };
+        let agent: Box<dyn Agent> = match &config.agent {
+            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step)),
+            AgentKind::Exec(command) => {
+                agent_io.set_command(command.clone());
+                link()
+            }
+            AgentKind::Link(path) => {
+                let path = path.clone().unwrap_or_else(|| config.state_dir.join("agent.sock"));
+                agent_io
+                    .listen(poll.registry(), path.clone())
+                    .map_err(|e| io::Error::new(e.kind(), format!("agent link socket {}: {e}", path.display())))?;
+                link()
+            }
+        };
+        let agent_route = matches!(config.agent, AgentKind::Link(_)) && config.agent_token.is_some();
         Ok(Server {
             poll,
             listener: Some(listener),
@@ -111,7 +157,11 @@ impl Server {
             core: Gateway::new(core_config),
             agent,
             origin,
-            media: MediaStore::new(&config.state_dir),
+            files,
+            parked: VecDeque::new(),
+            agent_io,
+            agent_route,
+            link_paused: false,
             config,
             core_wake: None,
             agent_wake: None,
@@ -135,6 +185,26 @@ impl Server {
         self.local_addr
     }
 
+    /// The agent, for the start-up log line.
+    pub fn agent_summary(&self) -> String {
+        match &self.config.agent {
+            AgentKind::Demo => "demo".into(),
+            AgentKind::Exec(command) => format!("exec {}", command.escape_debug()),
+            AgentKind::Link(_) => {
+                let path = self
+                    .agent_io
+                    .socket_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default();
+                if self.agent_route {
+                    format!("link on {path} and /agent")
+                } else {
+                    format!("link on {path}")
+                }
+            }
+        }
+    }
+
     fn time(&self, at: Instant) -> Time {
         Time::from_millis(u64::try_from(at.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX))
     }
@@ -146,12 +216,16 @@ impl Server {
     /// Runs until SIGINT/SIGTERM, then closes every connection with 1001 and returns.
     pub fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(256);
+        if matches!(self.config.agent, AgentKind::Exec(_)) {
+            self.start_child(Instant::now());
+        }
         loop {
             if self.stop_requested && self.shutdown_at.is_none() {
                 self.begin_shutdown(Instant::now());
             }
             if let Some(deadline) = self.shutdown_at {
                 if self.conns.is_empty() || Instant::now() >= deadline {
+                    self.agent_io.stop_children(SHUTDOWN_GRACE);
                     log::info!("stopped");
                     return Ok(());
                 }
@@ -180,11 +254,18 @@ impl Server {
                 match event.token() {
                     LISTENER => self.accept_all(now),
                     SIGNALS => self.stop_requested |= self.signals.received(),
+                    agent_io::WAKER => self.on_files_done(now),
+                    agent_io::AGENT_LISTENER => self.on_agent_accept(now),
+                    agent_io::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
+                    agent_io::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
+                    agent_io::CHILD_STDERR => self.agent_io.read_child_stderr(),
+                    token if self.agent_io.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
                     Token(key) => self.on_io(key, now),
                 }
             }
             self.fire_timers(now);
             self.drive(now);
+            self.resume_link_reads(now);
             let ended = std::mem::take(&mut self.ended_after_drive);
             if !ended.is_empty() {
                 for (key, reason) in ended {
@@ -302,7 +383,20 @@ impl Server {
                 http::response("503 Service Unavailable", "text/plain", "shutting down\n", ""),
                 None,
             ),
-            Route::Upgrade { response, forwarded } => (response, Some((leftover, forwarded))),
+            Route::Upgrade { agent: true, .. } if !self.agent_route => (
+                http::response(
+                    "404 Not Found",
+                    "text/plain; charset=utf-8",
+                    "no /agent here (MOBILE_AGENT=link with MOBILE_AGENT_TOKEN opens it)\n",
+                    "",
+                ),
+                None,
+            ),
+            Route::Upgrade {
+                response,
+                forwarded,
+                agent,
+            } => (response, Some((leftover, forwarded, agent))),
             Route::Health => {
                 let stats = self.core.stats();
                 let body = serde_json::json!({
@@ -321,6 +415,10 @@ impl Server {
                     "dedup_entries": stats.dedup_entries,
                     "timers": stats.timers,
                     "queued_bytes": self.outbox_total,
+                    "agent": match self.agent.link_agent() {
+                        Some(link) if !link.is_attached() => "disconnected",
+                        _ => "connected",
+                    },
                 })
                 .to_string();
                 (
@@ -359,16 +457,29 @@ impl Server {
             Phase::Respond { upgrade, .. } => upgrade.take(),
             _ => None,
         };
-        let Some((leftover, forwarded)) = upgrade else {
+        let Some((leftover, forwarded, agent)) = upgrade else {
             conn.start_drain();
             let generation = conn.generation;
             self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
             return self.on_io(key, now);
         };
         conn.upgrade(leftover);
-        conn.in_core = true;
         conn.last_rx = now;
         let (generation, peer, accepted_at) = (conn.generation, conn.peer, conn.accepted_at);
+        if agent {
+            // An agent over the network: the link, not the core, speaks with it; its
+            // `hello` must carry MOBILE_AGENT_TOKEN (checked by the link).
+            let link_peer = self.agent_io.new_peer(PeerHome::Ws(key, generation));
+            conn.agent_peer = Some(link_peer);
+            log::info!("conn {key}: {peer} opened /agent");
+            if let Some(link) = self.agent.link_agent() {
+                link.link().handle_peer_open(link_peer, true);
+            }
+            self.wheel
+                .insert(now + self.config.keepalive, TimerKind::KeepAlive, key, generation);
+            return self.on_ws(key, now);
+        }
+        conn.in_core = true;
         let loopback = peer.ip().is_loopback()
             || matches!(peer.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
         log::info!(
@@ -390,11 +501,29 @@ impl Server {
         if self.ended_after_drive.iter().any(|(k, _)| *k == key) {
             return;
         }
+        let t = self.time(now);
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut incoming = std::mem::take(&mut self.incoming);
         let read = conn.read_ws(now, &mut incoming);
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
-        let t = self.time(now);
+        if let Some(peer) = conn.agent_peer {
+            let authenticated = conn.device.is_some();
+            if let Some(link) = self.agent.link_agent() {
+                for msg in incoming.drain(..) {
+                    match msg {
+                        Incoming::Message(bytes) => link.link().handle_line(t, peer, &bytes),
+                        Incoming::TooBig => link.link().handle_too_big(peer),
+                        Incoming::InvalidUtf8 => link.link().handle_line(t, peer, &[0xff]),
+                    }
+                }
+                if !authenticated && link.role_of(peer).is_some() {
+                    // Its hello was accepted: lines up to the full limit from now on.
+                    conn.device = Some("agent".into());
+                    conn.authenticated();
+                }
+            }
+            incoming.clear();
+        }
         for msg in incoming.drain(..) {
             if !in_core {
                 continue;
@@ -431,17 +560,25 @@ impl Server {
             }
             while let Some(event) = self.core.poll_event() {
                 progress = true;
-                self.store_media(&event);
-                self.agent.handle_event(t, event);
+                self.park(event);
+            }
+            while let Some(Parked::Ready(..)) = self.parked.front() {
+                if let Some(Parked::Ready(event, file)) = self.parked.pop_front() {
+                    self.agent.handle_event(t, *event, file);
+                }
             }
             while let Some(command) = self.agent.poll_command() {
                 progress = true;
                 let what = Refused::of(&command);
-                if let Err(e) = self.core.handle_agent(t, command) {
-                    log::warn!("agent command refused ({what:?}): {e}");
-                    self.agent.handle_refused(t, what, &e);
+                match self.core.handle_agent(t, command) {
+                    Ok(accepted) => self.agent.handle_accepted(t, &accepted),
+                    Err(e) => {
+                        log::warn!("agent command refused ({what:?}): {e}");
+                        self.agent.handle_refused(t, what, &e);
+                    }
                 }
             }
+            progress |= self.pump_link_io(now);
             if !progress {
                 break;
             }
@@ -552,29 +689,6 @@ impl Server {
         }
     }
 
-    fn store_media(&mut self, event: &AgentEvent) {
-        let AgentEvent::MessageReceived {
-            device,
-            file: Some(file),
-            ..
-        } = event
-        else {
-            return;
-        };
-        // Wall-clock time names the file only; no timer reads it.
-        let ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis());
-        match self.media.save(ms, device.as_str(), &file.filename, &file.data) {
-            Ok(path) => log::debug!(
-                "device {device:?}: saved {} bytes to {}",
-                file.data.len(),
-                path.display()
-            ),
-            Err(e) => log::warn!("device {device:?}: could not save an upload under the state directory: {e}"),
-        }
-    }
-
     /// Ends a connection now. The slab entry is freed after the current batch.
     fn kill(&mut self, key: usize, reason: &str) {
         let Some(conn) = self.conns.get_mut(key) else { return };
@@ -599,10 +713,17 @@ impl Server {
         } else {
             log::debug!("conn {key}: {reason}");
         }
-        if conn.in_core {
-            conn.in_core = false;
-            let t = self.time(Instant::now());
+        let in_core = std::mem::replace(&mut conn.in_core, false);
+        let agent_peer = conn.agent_peer.take();
+        let t = self.time(Instant::now());
+        if in_core {
             self.core.handle_close(t, id);
+        }
+        if let Some(peer) = agent_peer {
+            self.agent_io.forget(peer);
+            if let Some(link) = self.agent.link_agent() {
+                link.link().handle_peer_closed(t, peer);
+            }
         }
         self.dead.push(key);
         self.schedule_trim(Instant::now());

@@ -29,6 +29,12 @@ impl Server {
                 self.agent_wake = None;
                 self.agent.handle_timeout(t);
             }
+            TimerKind::AgentRestart => {
+                let due = self.agent_io.restart_at.is_some_and(|at| at <= now);
+                if due && self.shutdown_at.is_none() {
+                    self.start_child(now);
+                }
+            }
             TimerKind::Trim => {
                 self.trim_armed = false;
                 crate::memory::trim();
@@ -50,6 +56,9 @@ impl Server {
                         if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)) =>
                     {
                         self.kill(entry.key, "no complete request within the hello timeout")
+                    }
+                    TimerKind::HttpHead if conn.agent_peer.is_some() && conn.device.is_none() => {
+                        self.kill(entry.key, "no agent hello within the hello timeout")
                     }
                     TimerKind::KeepAlive => self.keep_alive(entry.key, now),
                     TimerKind::Linger if conn.closing || conn.close_after.is_some() => {
@@ -106,6 +115,13 @@ impl Server {
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
+        // The agent link's peers go first (the child gets SIGTERM), so that turns in flight
+        // are ended for the phones while they are still connected.
+        self.agent_io.stop_listening(self.poll.registry());
+        for peer in self.agent_io.stream_peers() {
+            self.end_link_peer(peer, "the gateway is shutting down", now);
+        }
+        self.drive(now);
         let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
         let t = self.time(now);
         for key in keys {

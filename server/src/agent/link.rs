@@ -1,0 +1,255 @@
+//! An agent outside the process, over the agent link (docs/agent-protocol.md).
+//!
+//! This is the [`Agent`] the event loop drives when `MOBILE_AGENT` is `exec:` or `link`.
+//! It stays sans-IO like the demo: the core's [`AgentLink`] decides, and what must touch
+//! the world (a line for a peer, a peer to close, a file to read) comes out of
+//! [`LinkAgent::poll_io`] for the server's transports and file worker to carry out.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+
+use hermes_mobile::agent_link::{file_of, AgentLink, FileHandover, LinkCommand, LinkOutput, LinkRole, Origin, PeerId};
+use hermes_mobile::limits::MAX_MEDIA_BYTES;
+use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, Time};
+
+use super::{Agent, Refused};
+use crate::fileio::{LoadError, Ticket};
+
+/// Work for the server.
+#[derive(Debug, PartialEq, Eq)]
+pub enum LinkIo {
+    Write {
+        peer: PeerId,
+        line: String,
+    },
+    Close {
+        peer: PeerId,
+        reason: String,
+    },
+    /// Read this file (at most `limit` bytes); report with [`LinkAgent::handle_loaded`].
+    Load {
+        path: PathBuf,
+        limit: usize,
+    },
+}
+
+/// A command waiting for its file.
+struct Loading {
+    origin: Origin,
+    command: AgentCommand,
+    ticket: Option<Ticket>,
+}
+
+pub struct LinkAgent {
+    link: AgentLink,
+    io: VecDeque<LinkIo>,
+    commands: VecDeque<(Origin, LinkCommand)>,
+    /// The command handed to the core last, to answer its outcome.
+    current: Option<Origin>,
+    /// While a file is read, later commands wait: the agent's order is kept.
+    loading: Option<Loading>,
+}
+
+impl LinkAgent {
+    pub fn new(link: AgentLink) -> LinkAgent {
+        LinkAgent {
+            link,
+            io: VecDeque::new(),
+            commands: VecDeque::new(),
+            current: None,
+            loading: None,
+        }
+    }
+
+    pub fn link(&mut self) -> &mut AgentLink {
+        &mut self.link
+    }
+
+    pub fn is_attached(&self) -> bool {
+        self.link.is_attached()
+    }
+
+    /// Whether more lines may be read now: not while a command waits for its file, so
+    /// that lines behind it wait in the socket, not in memory.
+    pub fn wants_lines(&mut self) -> bool {
+        self.pull();
+        self.loading.is_none()
+            && !self
+                .commands
+                .iter()
+                .any(|(_, c)| matches!(c, LinkCommand::NeedsFile { .. }))
+    }
+
+    pub fn role_of(&self, peer: PeerId) -> Option<LinkRole> {
+        self.link.role_of(peer)
+    }
+
+    /// Sorts what the link decided into work for the server and commands for the core.
+    fn pull(&mut self) {
+        while let Some(out) = self.link.poll_output() {
+            match out {
+                LinkOutput::Write { peer, line } => self.io.push_back(LinkIo::Write { peer, line }),
+                LinkOutput::Close { peer, reason } => self.io.push_back(LinkIo::Close { peer, reason }),
+                LinkOutput::Command { origin, command } => self.commands.push_back((origin, *command)),
+            }
+        }
+    }
+
+    pub fn poll_io(&mut self) -> Option<LinkIo> {
+        self.pull();
+        self.io.pop_front()
+    }
+
+    /// The file worker took the read of the last `Load`.
+    pub fn set_load_ticket(&mut self, ticket: Ticket) {
+        if let Some(loading) = &mut self.loading {
+            loading.ticket = Some(ticket);
+        }
+    }
+
+    /// A file read finished. Its command goes to the core next, or the agent hears why not.
+    pub fn handle_loaded(&mut self, ticket: Ticket, result: Result<Vec<u8>, LoadError>) {
+        let Some(loading) = self.loading.take_if(|l| l.ticket == Some(ticket)) else {
+            return;
+        };
+        let Loading {
+            origin, mut command, ..
+        } = loading;
+        match result {
+            Ok(data) => {
+                if let Some(file) = file_of(&mut command) {
+                    file.data = data;
+                }
+                self.commands.push_front((origin, LinkCommand::Ready(command)));
+            }
+            Err(LoadError::TooBig) => {
+                self.link
+                    .handle_file_error(&origin, "file_too_big", "file is over 8 MiB".into());
+            }
+            Err(LoadError::Unreadable(why)) => self.link.handle_file_error(&origin, "file_unreadable", why),
+        }
+    }
+}
+
+impl Agent for LinkAgent {
+    fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
+        self.link.handle_event(now, event, file);
+    }
+
+    /// The link has no clock of its own: queued events age by the times of later events.
+    fn handle_timeout(&mut self, _now: Time) {}
+
+    fn poll_command(&mut self) -> Option<AgentCommand> {
+        if self.loading.is_some() {
+            return None;
+        }
+        self.pull();
+        match self.commands.pop_front()? {
+            (origin, LinkCommand::Ready(command)) => {
+                self.current = Some(origin);
+                Some(command)
+            }
+            (origin, LinkCommand::NeedsFile { command, path }) => {
+                self.loading = Some(Loading {
+                    origin,
+                    command,
+                    ticket: None,
+                });
+                self.io.push_back(LinkIo::Load {
+                    path,
+                    limit: MAX_MEDIA_BYTES,
+                });
+                None
+            }
+        }
+    }
+
+    fn poll_timeout(&self) -> Option<Time> {
+        None
+    }
+
+    fn handle_accepted(&mut self, _now: Time, accepted: &Accepted) {
+        if let Some(origin) = self.current.take() {
+            self.link.handle_outcome(&origin, Ok(accepted));
+        }
+    }
+
+    fn handle_refused(&mut self, _now: Time, _what: Refused, error: &CommandError) {
+        if let Some(origin) = self.current.take() {
+            self.link.handle_outcome(&origin, Err(error));
+        }
+    }
+
+    fn link_agent(&mut self) -> Option<&mut LinkAgent> {
+        Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hermes_mobile::agent_link::QueueLimits;
+
+    fn attached() -> LinkAgent {
+        let mut agent = LinkAgent::new(AgentLink::new("gw", 300, None, QueueLimits::default()));
+        agent.link().handle_peer_open(PeerId(1), false);
+        agent
+            .link()
+            .handle_line(Time::ZERO, PeerId(1), br#"{"t":"hello","v":1}"#);
+        while agent.poll_io().is_some() {}
+        agent
+    }
+
+    #[test]
+    fn a_command_behind_a_file_waits_for_it() {
+        // Order is kept: the reply after send_file goes to the core after the file.
+        let mut agent = attached();
+        let line = br#"{"t":"send_file","ref":"f","device":"tel-1","kind":"image","name":"a.png","path":"/tmp/a.png"}"#;
+        agent.link().handle_line(Time::ZERO, PeerId(1), line);
+        agent.link().handle_line(
+            Time::ZERO,
+            PeerId(1),
+            br#"{"t":"reply","device":"tel-1","id":"a","text":"x"}"#,
+        );
+        assert_eq!(agent.poll_command(), None);
+        assert_eq!(
+            agent.poll_io(),
+            Some(LinkIo::Load {
+                path: "/tmp/a.png".into(),
+                limit: MAX_MEDIA_BYTES
+            })
+        );
+        agent.set_load_ticket(7);
+        assert_eq!(agent.poll_command(), None, "the reply waits");
+        agent.handle_loaded(7, Ok(b"PNG".to_vec()));
+        match agent.poll_command() {
+            Some(AgentCommand::SendFile { file, .. }) => assert_eq!(file.data, b"PNG"),
+            other => panic!("{other:?}"),
+        }
+        agent.handle_accepted(Time::ZERO, &Accepted::Done);
+        assert!(matches!(agent.poll_command(), Some(AgentCommand::Reply { .. })));
+        match agent.poll_io() {
+            Some(LinkIo::Write { line, .. }) => assert_eq!(line, "{\"t\":\"ok\",\"ref\":\"f\"}\n"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_unreadable_file_is_answered_and_the_next_command_goes_on() {
+        let mut agent = attached();
+        let line = br#"{"t":"send_file","ref":"f","device":"tel-1","kind":"image","name":"a.png","path":"/nope"}"#;
+        agent.link().handle_line(Time::ZERO, PeerId(1), line);
+        agent
+            .link()
+            .handle_line(Time::ZERO, PeerId(1), br#"{"t":"typing","device":"tel-1"}"#);
+        assert_eq!(agent.poll_command(), None);
+        assert!(matches!(agent.poll_io(), Some(LinkIo::Load { .. })));
+        agent.set_load_ticket(1);
+        agent.handle_loaded(1, Err(LoadError::Unreadable("/nope: missing".into())));
+        assert!(matches!(agent.poll_command(), Some(AgentCommand::Typing { .. })));
+        match agent.poll_io() {
+            Some(LinkIo::Write { line, .. }) => assert!(line.contains("\"code\":\"file_unreadable\""), "{line}"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! File reads and writes off the event loop.
+//!
+//! Saving an 8 MiB upload, or reading the file an agent names, can take tens of
+//! milliseconds on an SD card; on the loop that would stall every connection. One worker
+//! thread does them in order and wakes the loop (a `mio::Waker`) when each is done. The
+//! buffers move to the worker and back, so nothing is copied.
+
+use std::fs;
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use hermes_mobile::AgentEvent;
+use mio::Waker;
+
+use crate::state::MediaStore;
+
+/// Names a job, to match its result.
+pub type Ticket = u64;
+
+enum Job {
+    /// Save the file or voice note the event carries; hand the event back.
+    Save { ticket: Ticket, event: Box<AgentEvent> },
+    /// Read a file of at most `limit` bytes.
+    Load {
+        ticket: Ticket,
+        path: PathBuf,
+        limit: usize,
+    },
+}
+
+/// A finished job.
+pub enum Done {
+    Saved {
+        ticket: Ticket,
+        event: Box<AgentEvent>,
+        result: io::Result<PathBuf>,
+    },
+    Loaded {
+        ticket: Ticket,
+        result: Result<Vec<u8>, LoadError>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    TooBig,
+    Unreadable(String),
+}
+
+pub struct FileWorker {
+    jobs: Option<Sender<Job>>,
+    done: Receiver<Done>,
+    thread: Option<JoinHandle<()>>,
+    next: Ticket,
+}
+
+impl FileWorker {
+    pub fn start(state_dir: &Path, waker: Arc<Waker>) -> io::Result<FileWorker> {
+        let (jobs, job_rx) = channel::<Job>();
+        let (done_tx, done) = channel::<Done>();
+        let mut store = MediaStore::new(&std::path::absolute(state_dir)?);
+        let thread = std::thread::Builder::new().name("file-io".into()).spawn(move || {
+            for job in job_rx {
+                let result = match job {
+                    Job::Save { ticket, event } => {
+                        let result = save(&mut store, &event);
+                        Done::Saved { ticket, event, result }
+                    }
+                    Job::Load { ticket, path, limit } => Done::Loaded {
+                        ticket,
+                        result: load(&path, limit),
+                    },
+                };
+                if done_tx.send(result).is_err() {
+                    return;
+                }
+                let _ = waker.wake();
+            }
+        })?;
+        Ok(FileWorker {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+            next: 0,
+        })
+    }
+
+    fn submit(&mut self, job: impl FnOnce(Ticket) -> Job) -> Ticket {
+        self.next += 1;
+        let ticket = self.next;
+        if let Some(jobs) = &self.jobs {
+            // The worker lives as long as the server; a send fails only if it panicked.
+            if jobs.send(job(ticket)).is_err() {
+                log::error!("the file worker has stopped; files can no longer be saved or read");
+            }
+        }
+        ticket
+    }
+
+    pub fn save(&mut self, event: AgentEvent) -> Ticket {
+        self.submit(|ticket| Job::Save {
+            ticket,
+            event: Box::new(event),
+        })
+    }
+
+    pub fn load(&mut self, path: PathBuf, limit: usize) -> Ticket {
+        self.submit(|ticket| Job::Load { ticket, path, limit })
+    }
+
+    /// A finished job, if any (after the waker fired).
+    pub fn poll_done(&mut self) -> Option<Done> {
+        self.done.try_recv().ok()
+    }
+}
+
+impl Drop for FileWorker {
+    /// Pending saves finish before the process exits.
+    fn drop(&mut self) {
+        self.jobs.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn save(store: &mut MediaStore, event: &AgentEvent) -> io::Result<PathBuf> {
+    let AgentEvent::MessageReceived {
+        device, file, audio, ..
+    } = event
+    else {
+        return Err(io::Error::other("nothing to save"));
+    };
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    let result = match (file, audio) {
+        (Some(file), _) => store.save(ms, device.as_str(), &file.filename, &file.data),
+        (None, Some(audio)) => {
+            let name = format!("voice.{}", audio.format.as_str());
+            store.save(ms, device.as_str(), &name, &audio.data)
+        }
+        (None, None) => return Err(io::Error::other("nothing to save")),
+    };
+    match &result {
+        Ok(path) => log::debug!("device {device:?}: saved {}", path.display()),
+        Err(e) => log::warn!("device {device:?}: could not save an upload under the state directory: {e}"),
+    }
+    result
+}
+
+/// Reads a regular file of at most `limit` bytes; never reads more than `limit + 1`.
+fn load(path: &Path, limit: usize) -> Result<Vec<u8>, LoadError> {
+    let unreadable = |e: io::Error| LoadError::Unreadable(format!("{}: {e}", path.display()));
+    let file = fs::File::open(path).map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if !meta.is_file() {
+        return Err(LoadError::Unreadable(format!("{}: not a regular file", path.display())));
+    }
+    if meta.len() > limit as u64 {
+        return Err(LoadError::TooBig);
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(limit as u64 + 1).read_to_end(&mut data).map_err(unreadable)?;
+    if data.len() > limit {
+        return Err(LoadError::TooBig); // it grew while being read
+    }
+    Ok(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn load_refuses_big_and_odd_files() {
+        let dir = std::env::temp_dir().join(format!("fileio-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f.bin");
+        fs::write(&path, vec![7u8; 100]).unwrap();
+        assert_eq!(load(&path, 100).unwrap().len(), 100);
+        assert_eq!(load(&path, 99), Err(LoadError::TooBig));
+        assert!(matches!(load(&dir, 100), Err(LoadError::Unreadable(_))));
+        assert!(matches!(load(&dir.join("missing"), 100), Err(LoadError::Unreadable(_))));
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,229 @@
+//! The event loop's side of the agent link: events to the agent in order (behind the
+//! saves of their files), the link's lines to and from its peers, and the `exec:` child's
+//! life (start, restart with backoff, stop).
+
+use std::time::Instant;
+
+use hermes_mobile::agent_link::{FileHandover, LineItem, PeerId};
+use hermes_mobile::AgentEvent;
+use mio::Token;
+
+use super::agent_io::{PeerHome, ReadEnd};
+use super::{Parked, Server};
+use crate::agent::link::LinkIo;
+use crate::fileio::Done;
+use crate::wheel::TimerKind;
+
+impl Server {
+    /// A core event on its way to the agent. A file or voice note is saved first (off the
+    /// loop); events behind it wait, so the agent sees them in order.
+    pub(super) fn park(&mut self, event: AgentEvent) {
+        let has_file = matches!(
+            &event,
+            AgentEvent::MessageReceived { file: Some(_), .. } | AgentEvent::MessageReceived { audio: Some(_), .. }
+        );
+        if has_file {
+            let ticket = self.files.save(event);
+            self.parked.push_back(Parked::Saving(ticket));
+        } else {
+            self.parked.push_back(Parked::Ready(Box::new(event), None));
+        }
+    }
+
+    /// The file worker finished something.
+    pub(super) fn on_files_done(&mut self, now: Instant) {
+        while let Some(done) = self.files.poll_done() {
+            match done {
+                Done::Saved { ticket, event, result } => {
+                    let file = match result {
+                        Ok(path) => FileHandover::Saved(path),
+                        Err(e) => FileHandover::Failed(format!("the gateway could not save it: {e}")),
+                    };
+                    if let Some(slot) = self
+                        .parked
+                        .iter_mut()
+                        .find(|p| matches!(p, Parked::Saving(t) if *t == ticket))
+                    {
+                        *slot = Parked::Ready(event, Some(file));
+                    }
+                }
+                Done::Loaded { ticket, result } => {
+                    if let Some(link) = self.agent.link_agent() {
+                        link.handle_loaded(ticket, result);
+                    }
+                }
+            }
+        }
+        self.drive(now);
+        self.resume_link_reads(now);
+    }
+
+    /// Carries out what the link asked for; whether there was anything.
+    pub(super) fn pump_link_io(&mut self, now: Instant) -> bool {
+        let mut work = Vec::new();
+        let Some(link) = self.agent.link_agent() else {
+            return false;
+        };
+        while let Some(io) = link.poll_io() {
+            work.push(io);
+        }
+        let any = !work.is_empty();
+        for io in work {
+            match io {
+                LinkIo::Write { peer, line } => self.write_link_line(peer, line, now),
+                LinkIo::Close { peer, reason } => self.end_link_peer(peer, &reason, now),
+                LinkIo::Load { path, limit } => {
+                    let ticket = self.files.load(path, limit);
+                    if let Some(link) = self.agent.link_agent() {
+                        link.set_load_ticket(ticket);
+                    }
+                }
+            }
+        }
+        any
+    }
+
+    fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
+        match self.agent_io.home(peer) {
+            Some(PeerHome::Ws(key, generation)) => {
+                if let Some(conn) = self.conns.get_mut(key).filter(|c| c.generation == generation) {
+                    line.pop(); // a WebSocket message is the line without its newline
+                    self.outbox_total += line.len();
+                    conn.queue(line);
+                    self.touched.push(key);
+                }
+            }
+            Some(home) => {
+                if let Err(why) = self.agent_io.write(home, line) {
+                    self.end_link_peer(peer, &why, now);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Ends a peer of the link, whatever carries it; the link hears of it.
+    pub(super) fn end_link_peer(&mut self, peer: PeerId, reason: &str, now: Instant) {
+        let Some(home) = self.agent_io.home(peer) else { return };
+        match home {
+            PeerHome::Ws(key, _) => {
+                // The link learns of it when the connection is gone (`kill`).
+                return self.decide_close(key, 1008, "agent link closed", reason, now);
+            }
+            PeerHome::Child => {
+                let restart = self.shutdown_at.is_none();
+                self.agent_io.end_child(self.poll.registry(), now, reason, restart);
+                if let Some(at) = self.agent_io.restart_at {
+                    self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
+                }
+            }
+            PeerHome::Unix(key) => {
+                log::info!("agent link: peer {} closed: {reason}", peer.0);
+                self.agent_io.close_unix(self.poll.registry(), key);
+            }
+        }
+        let t = self.time(now);
+        if let Some(link) = self.agent.link_agent() {
+            link.link().handle_peer_closed(t, peer);
+        }
+    }
+
+    pub(super) fn start_child(&mut self, now: Instant) {
+        self.agent_io.restart_at = None;
+        match self.agent_io.spawn(self.poll.registry(), now) {
+            Ok(peer) => {
+                if let Some(link) = self.agent.link_agent() {
+                    link.link().handle_peer_open(peer, false);
+                }
+            }
+            Err(e) => {
+                log::error!("agent: cannot start the command: {e}");
+                let at = now + std::time::Duration::from_secs(5);
+                self.agent_io.restart_at = Some(at);
+                self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
+            }
+        }
+    }
+
+    pub(super) fn on_agent_accept(&mut self, now: Instant) {
+        for peer in self.agent_io.accept(self.poll.registry()) {
+            if let Some(link) = self.agent.link_agent() {
+                link.link().handle_peer_open(peer, false);
+            }
+            // Edge-triggered: its hello may already be waiting.
+            if let Some(home) = self.agent_io.home(peer) {
+                self.read_link_peer(home, now);
+            }
+        }
+        self.drive(now);
+    }
+
+    pub(super) fn on_unix_peer(&mut self, token: Token, now: Instant) {
+        let Some(peer) = self.agent_io.unix_peer_of(token) else {
+            return;
+        };
+        let Some(home) = self.agent_io.home(peer) else { return };
+        self.flush_link_peer(home, now);
+        self.read_link_peer(home, now);
+    }
+
+    pub(super) fn flush_link_peer(&mut self, home: PeerHome, now: Instant) {
+        if let Err(why) = self.agent_io.flush(home) {
+            let peer = match home {
+                PeerHome::Child => self.agent_io.child_peer(),
+                _ => self.agent_io.unix_peer_of_home(home),
+            };
+            if let Some(peer) = peer {
+                self.end_link_peer(peer, &why, now);
+            }
+        }
+    }
+
+    /// Reads lines from a stream peer into the link, pausing while a command's file is read.
+    pub(super) fn read_link_peer(&mut self, home: PeerHome, now: Instant) {
+        let t = self.time(now);
+        let Some(link) = self.agent.link_agent() else { return };
+        let mut paused_for_file = false;
+        let mut on_line = |peer: PeerId, item: LineItem| {
+            match item {
+                LineItem::Line(line) => link.link().handle_line(t, peer, &line),
+                LineItem::TooBig => link.link().handle_too_big(peer),
+            }
+            let go_on = link.wants_lines();
+            paused_for_file |= !go_on;
+            go_on
+        };
+        let (peer, end) = match home {
+            PeerHome::Child => (self.agent_io.child_peer(), self.agent_io.read_child(&mut on_line)),
+            PeerHome::Unix(key) => (
+                self.agent_io.unix_peer_of_home(home),
+                self.agent_io.read_unix(key, &mut on_line),
+            ),
+            PeerHome::Ws(..) => return,
+        };
+        self.link_paused |= paused_for_file;
+        if let (Some(peer), Some(ReadEnd::Closed(why))) = (peer, end) {
+            self.end_link_peer(peer, &why, now);
+        }
+    }
+
+    /// After a command's file was read, the lines that waited behind it are read.
+    pub(super) fn resume_link_reads(&mut self, now: Instant) {
+        for _ in 0..64 {
+            if !self.link_paused {
+                return;
+            }
+            let wants = self.agent.link_agent().is_some_and(|l| l.wants_lines());
+            if !wants {
+                return;
+            }
+            self.link_paused = false;
+            for peer in self.agent_io.stream_peers() {
+                if let Some(home) = self.agent_io.home(peer) {
+                    self.read_link_peer(home, now);
+                }
+            }
+            self.drive(now);
+        }
+    }
+}

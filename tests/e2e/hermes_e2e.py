@@ -1,0 +1,530 @@
+#!/usr/bin/env python3
+"""End to end: a Protocol v1 phone <-> the real gateway <-> real Hermes 0.19 + the plugin.
+
+Run with the Python of a venv that has `hermes-agent[sms]==0.19.0` (and so `websockets`):
+
+    $VENV/bin/python tests/e2e/hermes_e2e.py [--gateway target/release/hermes-mobile] [--keep]
+
+Everything is on loopback, in a temporary directory (HOME and HERMES_HOME included); the
+model is tests/e2e/model_server.py. Every process is started here and ended by its pid
+(Hermes in its own process group, so its tool subprocesses go with it); every step has a
+timeout. Prints each check with its time and ends with "N passed, M failed".
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import urllib.request
+import zlib
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+from phone import Phone  # noqa: E402
+
+TOKEN = "e2e-app-token-0123456789abcdef"
+DEVICE = "e2e-phone"
+TURN = 90  # seconds allowed for one agent turn (the first one loads Hermes' tools)
+
+
+def log(msg):
+    print(msg, flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_png(path, w=32, h=24):
+    raw = b"".join(b"\x00" + b"".join(bytes([(x * 8) % 256, (y * 10) % 256, 200]) for x in range(w))
+                   for y in range(h))
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    data = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    Path(path).write_bytes(data)
+    return data
+
+
+class Proc:
+    """A child process we started, logged to a file, ended by its pid (or its group)."""
+
+    def __init__(self, name, argv, env, cwd, logdir, group=False):
+        self.name = name
+        self.logpath = Path(logdir) / f"{name}.log"
+        self.logfile = open(self.logpath, "ab")
+        self.group = group
+        self.p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=self.logfile, stderr=subprocess.STDOUT,
+                                  stdin=subprocess.DEVNULL, start_new_session=group)
+
+    @property
+    def pid(self):
+        return self.p.pid
+
+    def alive(self):
+        return self.p.poll() is None
+
+    def _signal(self, sig):
+        try:
+            if self.group:
+                os.killpg(self.p.pid, sig)
+            else:
+                self.p.send_signal(sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, sig=signal.SIGTERM, wait=10):
+        if self.alive():
+            self._signal(sig)
+            try:
+                self.p.wait(wait)
+            except subprocess.TimeoutExpired:
+                self._signal(signal.SIGKILL)
+                self.p.wait(5)
+        elif self.group:
+            self._signal(signal.SIGKILL)  # leftovers of the group
+        self.logfile.close()
+        return self.p.returncode
+
+    def tail(self, n=40):
+        try:
+            return "\n".join(self.logpath.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+class World:
+    def __init__(self, args):
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="hermes-e2e-"))
+        self.home = self.tmp / "home"
+        self.hermes_home = self.home / ".hermes"
+        self.state = self.tmp / "state"
+        self.work = self.tmp / "work"
+        self.logs = self.tmp / "logs"
+        for d in (self.hermes_home, self.state, self.work, self.logs):
+            d.mkdir(parents=True)
+        self.port = free_port()
+        self.gateway = None
+        self.hermes = None
+        self.model = None
+        self.model_port = None
+        self.phone = None
+        self.venv_bin = Path(args.hermes).parent
+
+    # -- environment -------------------------------------------------------
+
+    def base_env(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("MOBILE_", "HERMES_", "OPENAI_", "XDG_"))}
+        env.update({"HOME": str(self.home), "HERMES_HOME": str(self.hermes_home),
+                    "PATH": f"{self.venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
+                    "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
+                    "PYTHONUNBUFFERED": "1"})
+        return env
+
+    def start_model(self):
+        portfile = self.tmp / "model.port"
+        self.model = Proc("model", [sys.executable, str(HERE / "model_server.py"), "--port-file", str(portfile)],
+                          self.base_env(), str(self.tmp), self.logs)
+        deadline = time.time() + 10
+        while not portfile.exists():
+            if time.time() > deadline or not self.model.alive():
+                raise RuntimeError("the model server did not start:\n" + self.model.tail())
+            time.sleep(0.05)
+        self.model_port = int(portfile.read_text())
+
+    def model_log(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.model_port}/_log", timeout=5) as r:
+            return json.load(r)
+
+    def install_plugin(self):
+        gw_help = subprocess.run([self.args.gateway, "--help"], capture_output=True, text=True, timeout=10).stdout
+        target = self.hermes_home / "plugins" / "mobile"
+        if "hermes install" in gw_help:
+            out = subprocess.run([self.args.gateway, "hermes", "install", "--hermes-home", str(self.hermes_home)],
+                                 capture_output=True, text=True, timeout=20)
+            if out.returncode != 0:
+                raise RuntimeError(f"hermes-mobile hermes install failed: {out.stdout}{out.stderr}")
+            for f in (REPO / "integrations" / "hermes" / "mobile").iterdir():
+                if f.is_file() and f.suffix in (".py", ".yaml"):
+                    if (target / f.name).read_bytes() != f.read_bytes():
+                        raise RuntimeError(f"the binary's embedded {f.name} differs from the repository's")
+            self.install_how = "hermes-mobile hermes install"
+        else:
+            shutil.copytree(REPO / "integrations" / "hermes" / "mobile", target,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            self.install_how = "copied integrations/hermes/mobile"
+
+    def write_config(self):
+        (self.hermes_home / "config.yaml").write_text(f"""\
+model:
+  provider: custom
+  default: e2e-model
+  base_url: http://127.0.0.1:{self.model_port}/v1
+  api_key: e2e-key
+approvals:
+  mode: manual
+  timeout: 120
+security:
+  tirith_enabled: false
+terminal:
+  backend: local
+  cwd: {self.work}
+plugins:
+  enabled: [mobile]
+platforms:
+  mobile:
+    enabled: true
+    extra:
+      socket: {self.state / 'agent.sock'}
+platform_toolsets:
+  mobile: [hermes-telegram]
+streaming:
+  enabled: true
+  transport: edit
+  edit_interval: 0.3
+""")
+
+    def start_gateway(self):
+        env = self.base_env()
+        env.update({"MOBILE_AGENT": "link", "MOBILE_STATE_DIR": str(self.state), "MOBILE_PORT": str(self.port),
+                    "MOBILE_HOST": "127.0.0.1", "MOBILE_TOKEN": TOKEN, "MOBILE_ENV_FILE": "", "RUST_LOG": "info"})
+        self.gateway = Proc("gateway", [self.args.gateway], env, str(self.tmp), self.logs)
+        self.wait(lambda: self.healthz() is not None, 15, "the gateway's /healthz",
+                  proc=self.gateway)
+
+    def start_hermes(self):
+        self.hermes = Proc("hermes", [self.args.hermes, "gateway", "run"], self.base_env(), str(self.work),
+                           self.logs, group=True)
+
+    def healthz(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return json.load(r)
+        except Exception:
+            return None
+
+    def agent_state(self):
+        h = self.healthz()
+        return h.get("agent") if h else None
+
+    def wait(self, pred, timeout, what, proc=None):
+        deadline = time.time() + timeout
+        while True:
+            v = pred()
+            if v:
+                return v
+            if proc is not None and not proc.alive():
+                raise RuntimeError(f"{proc.name} exited while waiting for {what}:\n{proc.tail()}")
+            if time.time() > deadline:
+                raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
+            time.sleep(0.2)
+
+    def hermes_cli(self, *argv, timeout=120):
+        return subprocess.run([self.args.hermes, *argv], env=self.base_env(), cwd=str(self.work),
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    async def new_phone(self):
+        phone = Phone(f"ws://127.0.0.1:{self.port}/ws", TOKEN, device_id=DEVICE)
+        await phone.connect()
+        self.phone = phone
+        return phone
+
+    def shutdown(self):
+        for p in (self.hermes, self.gateway, self.model):
+            if p is not None:
+                p.stop(signal.SIGTERM, wait=8)
+
+
+# ---------------------------------------------------------------------------
+# checks
+# ---------------------------------------------------------------------------
+
+
+async def turn(phone, text, what, timeout=TURN, predicate=None):
+    """Send a text; wait for a final agent message (matching predicate); return (id, msg)."""
+    mark = phone.mark()
+    await phone.text(text)
+
+    def done():
+        for mid, m in phone.final_messages_since(mark):
+            if predicate is None or predicate(m["text"]):
+                return mid, m
+        return None
+
+    return await phone.wait_for(done, timeout, what), mark
+
+
+async def check_text_stream(w, phone):
+    (mid, m), mark = await turn(phone, "please give me a long answer", "the long answer",
+                                predicate=lambda t: "The end." in t)
+    assert "word59" in m["text"], m["text"][-200:]
+    assert len(m["versions"]) >= 2 and m["edits"] >= 1, f"not streamed as edits: {len(m['versions'])} versions"
+    assert all(m["text"].startswith(v.rstrip(" ▉").rstrip()[:20]) for v in m["versions"]), "versions of another text"
+    await phone.wait_for(lambda: any(f.get("stop") for f in phone.since(mark, "typing")), 15, "typing{stop:true}")
+    texts = [m2["text"] for _, m2 in phone.final_messages_since(0)]
+    assert not any("home channel" in t.lower() for t in texts), "Hermes' home-channel notice reached the phone"
+    return f"{len(m['versions'])} versions of one message, {len(m['text'])} chars"
+
+
+async def exec_card(w, phone, target, answer):
+    mark = phone.mark()
+    await phone.text(f"please delete {target}")
+    card = await phone.wait_for(lambda: phone.prompt_since(mark, "exec_approval"), TURN, "an exec_approval card")
+    assert str(target) in card.get("command", ""), card
+    opts = [o["id"] for o in card["options"]]
+    assert "deny" in opts and "once" in opts, opts
+    if "always" in opts:
+        assert "category" in (card.get("description") or "").lower(), "no warning that always allow-lists a category"
+    await phone.answer(card["id"], answer)
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "Tool result" in m["text"]), None),
+        TURN, "the agent's answer after the card")
+    return card, msg
+
+
+async def check_exec_deny(w, phone):
+    target = w.work / "deny" / "target"
+    target.mkdir(parents=True)
+    card, msg = await exec_card(w, phone, target, "deny")
+    assert target.exists(), "the command ran although it was denied"
+    assert "denied" in msg["text"].lower() or "blocked" in msg["text"].lower(), msg["text"][:200]
+    return f"options {[o['id'] for o in card['options']]}; target still there"
+
+
+async def check_exec_once(w, phone):
+    target = w.work / "once" / "target"
+    target.mkdir(parents=True)
+    _, msg = await exec_card(w, phone, target, "once")
+    await asyncio.sleep(0.2)
+    assert not target.exists(), "the approved command did not run"
+    return "target deleted"
+
+
+async def clarify_card(phone, text):
+    mark = phone.mark()
+    await phone.text(text)
+    card = await phone.wait_for(lambda: phone.prompt_since(mark, "clarify"), TURN, "a clarify card")
+    return mark, card
+
+
+async def check_clarify_choice(w, phone):
+    mark, card = await clarify_card(phone, "please clarify which colour")
+    labels = {o["id"]: o["label"] for o in card["options"]}
+    assert labels.get("c1") == "green" and "other" in labels, labels
+    await phone.answer(card["id"], "c1")
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "You chose" in m["text"]), None),
+        TURN, "the answer to the clarify")
+    assert "You chose: green" in msg["text"], msg["text"]
+    return "chose c1 = green"
+
+
+async def check_clarify_text(w, phone):
+    mark, card = await clarify_card(phone, "please clarify the colour once more")
+    await phone.answer(card["id"], "other", text="purple with dots")
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "You chose" in m["text"]), None),
+        TURN, "the answer to the clarify")
+    assert "purple with dots" in msg["text"], msg["text"]
+    return "own text reached the model"
+
+
+async def check_slash_new(w, phone):
+    mark = phone.mark()
+    await phone.text("/new")
+    card = await phone.wait_for(lambda: phone.prompt_since(mark, "slash_confirm"), TURN, "a slash_confirm card")
+    opts = [o["id"] for o in card["options"]]
+    assert set(opts) >= {"once", "cancel"}, opts
+    assert "Text fallback" not in card["text"], card["text"]
+    after = phone.mark()
+    await phone.answer(card["id"], "once")
+    msg = await phone.wait_for(lambda: next((m for _, m in phone.final_messages_since(after)), None), 30,
+                               "Hermes' answer to the confirmed /new")
+    assert "cancel" not in msg["text"].lower(), msg["text"]
+    # Typing must not keep coming after the command (Hermes' typing loop can outlive it).
+    await asyncio.sleep(5)
+    late = [f for f in phone.since(after, "typing") if not f.get("stop")]
+    assert len(late) <= 1, f"{len(late)} typing frames after /new was confirmed"
+    return f"answered: {msg['text'][:60]!r}"
+
+
+async def check_image_out(w, phone):
+    pic = w.work / "chart.png"
+    data = make_png(pic)
+    mark = phone.mark()
+    await phone.text(f"send me the picture {pic}")
+    media = await phone.wait_for(
+        lambda: next((phone.media[f["id"]] for f in phone.since(mark, "media")
+                      if phone.media[f["id"]]["data"] is not None), None), TURN, "a media frame")
+    assert media["meta"]["kind"] == "image", media["meta"]
+    assert media["data"] == data, "the phone got different bytes"
+    return f"{len(data)} bytes, {media['meta'].get('mime')}"
+
+
+async def check_upload(w, phone):
+    data = make_png(w.tmp / "upload.png", 16, 16)
+    mark = phone.mark()
+    await phone.upload("image", "cat photo.png", data, caption="what is this?")
+    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the upload")
+    media_dir = str(w.state / "media")
+    saved = [p for p in Path(media_dir).iterdir()] if Path(media_dir).exists() else []
+    assert saved, "the gateway saved no file"
+    blob = json.dumps(w.model_log())
+    hits = [str(p) for p in saved if str(p) in blob]
+    assert hits, f"no saved path under {media_dir} reached the model"
+    return f"the model saw {hits[0]}"
+
+
+async def check_hermes_send(w, phone):
+    mark = phone.mark()
+    out = await asyncio.to_thread(w.hermes_cli, "send", "--to", f"mobile:{DEVICE}", "hello from hermes send")
+    assert out.returncode == 0, f"hermes send failed ({out.returncode}): {out.stdout}{out.stderr}"
+    await phone.wait_for(
+        lambda: any("hello from hermes send" in m["text"] for _, m in phone.final_messages_since(mark)),
+        20, "the hermes send message")
+    off = await asyncio.to_thread(w.hermes_cli, "send", "--to", "mobile:no-such-phone", "nobody home")
+    assert off.returncode != 0 and "device_offline" in (off.stdout + off.stderr), \
+        f"an offline target did not fail with device_offline: {off.returncode} {off.stdout}{off.stderr}"
+    return "delivered; an offline target fails with device_offline"
+
+
+async def check_cron(w, phone):
+    created = await asyncio.to_thread(w.hermes_cli, "cron", "create", "every 1h", "cron: write the backup report",
+                                      "--name", "e2e-backup", "--deliver", f"mobile:{DEVICE}")
+    assert created.returncode == 0, f"cron create failed: {created.stdout}{created.stderr}"
+    job_id = next((line.split(":", 1)[1].strip() for line in created.stdout.splitlines()
+                   if line.strip().startswith("Created job:")), None)
+    assert job_id, created.stdout
+    mark = phone.mark()
+    ran = await asyncio.to_thread(w.hermes_cli, "cron", "run", job_id, timeout=180)
+    assert ran.returncode == 0, f"cron run failed: {ran.stdout}{ran.stderr}"
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "Cron report" in m["text"]), None),
+        60, "the cron delivery")
+    return f"job {job_id} delivered ({len(msg['text'])} chars)"
+
+
+async def check_hermes_restart(w, phone):
+    w.hermes.stop(signal.SIGKILL, wait=5)
+    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
+    w.start_hermes()
+    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect", proc=w.hermes)
+    assert not phone.closed, "the phone was disconnected"
+    (_, m), _ = await turn(phone, "are you back?", "a turn after the restart",
+                           predicate=lambda t: "are you back" in t)
+    return "reconnected; next turn answered"
+
+
+async def check_gateway_restart(w, phone):
+    t0 = time.time()
+    w.gateway.stop(signal.SIGTERM, wait=10)
+    await phone.wait_for(lambda: phone.closed, 10, "the phone to see the gateway go")
+    await phone.close()
+    w.start_gateway()
+    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect by itself", proc=w.hermes)
+    took = time.time() - t0
+    phone2 = await w.new_phone()
+    (_, m), _ = await turn(phone2, "still there after the gateway restart?", "a turn after the gateway restart",
+                           predicate=lambda t: "still there" in t)
+    return f"Hermes back {took:.1f} s after the stop"
+
+
+CHECKS = [
+    ("text turn, streamed edits in place", check_text_stream),
+    ("exec_approval: deny", check_exec_deny),
+    ("exec_approval: once", check_exec_once),
+    ("clarify: a choice", check_clarify_choice),
+    ("clarify: own text", check_clarify_text),
+    ("/new through a slash_confirm card", check_slash_new),
+    ("image from the agent as media", check_image_out),
+    ("phone upload reaches the model as a saved path", check_upload),
+    ("hermes send --to mobile:<id>", check_hermes_send),
+    ("cron job with deliver: mobile:<id>", check_cron),
+    ("Hermes killed and restarted", check_hermes_restart),
+    ("gateway restarted, Hermes reconnects", check_gateway_restart),
+]
+
+
+async def run(w, only):
+    results = []
+    t_setup = time.time()
+    w.start_model()
+    w.install_plugin()
+    w.write_config()
+    w.start_gateway()
+    w.start_hermes()
+    w.wait(lambda: w.agent_state() == "connected", 90, "Hermes to attach to the gateway", proc=w.hermes)
+    phone = await w.new_phone()
+    log(f"setup: {time.time() - t_setup:.1f} s (plugin: {w.install_how}; tmp {w.tmp})")
+    for name, fn in CHECKS:
+        if only and not any(o in name for o in only):
+            continue
+        t0 = time.time()
+        try:
+            detail = await asyncio.wait_for(fn(w, w.phone or phone), 240)
+            results.append((name, True))
+            log(f"PASS {name} ({time.time() - t0:.1f} s): {detail}")
+        except Exception as exc:
+            results.append((name, False))
+            log(f"FAIL {name} ({time.time() - t0:.1f} s): {type(exc).__name__}: {exc}")
+            if w.args.verbose:
+                traceback.print_exc()
+    if w.phone:
+        await w.phone.close()
+    return results
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--gateway", default=os.environ.get("GATEWAY_BIN", str(REPO / "target/release/hermes-mobile")))
+    ap.add_argument("--hermes", default=os.environ.get("HERMES_BIN", str(Path(sys.executable).parent / "hermes")))
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("only", nargs="*", help="run only the checks whose names contain these words")
+    args = ap.parse_args()
+    for path, what in ((args.gateway, "gateway binary"), (args.hermes, "hermes")):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"no {what} at {path}")
+    w = World(args)
+    t0 = time.time()
+    results = []
+    try:
+        results = asyncio.run(run(w, args.only))
+    except Exception as exc:
+        log(f"FAIL setup: {type(exc).__name__}: {exc}")
+        results.append(("setup", False))
+    finally:
+        w.shutdown()
+    failed = [n for n, ok in results if not ok]
+    if failed or args.verbose:
+        for p in (w.gateway, w.hermes, w.model):
+            if p is not None:
+                log(f"--- last lines of {p.name}.log ---\n{p.tail(30)}")
+    log(f"total: {time.time() - t0:.1f} s")
+    if args.keep or failed:
+        log(f"kept {w.tmp}")
+    else:
+        shutil.rmtree(w.tmp, ignore_errors=True)
+    log(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    sys.exit(1 if failed or not results else 0)
+
+
+if __name__ == "__main__":
+    main()
