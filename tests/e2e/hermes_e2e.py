@@ -35,6 +35,7 @@ sys.path.insert(0, str(HERE))
 from phone import Phone  # noqa: E402
 
 TOKEN = "e2e-app-token-0123456789abcdef"
+AGENT_TOKEN = "e2e-agent-token-fedcba9876543210"
 DEVICE = "e2e-phone"
 TURN = 90  # seconds allowed for one agent turn (the first one loads Hermes' tools)
 
@@ -171,7 +172,8 @@ class World:
                             ignore=shutil.ignore_patterns("__pycache__"))
             self.install_how = "copied integrations/hermes/mobile"
 
-    def write_config(self):
+    def write_config(self, link=None):
+        link = link or f"socket: {self.state / 'agent.sock'}"
         (self.hermes_home / "config.yaml").write_text(f"""\
 model:
   provider: custom
@@ -192,7 +194,7 @@ platforms:
   mobile:
     enabled: true
     extra:
-      socket: {self.state / 'agent.sock'}
+      {link}
 platform_toolsets:
   mobile: [hermes-telegram]
 streaming:
@@ -204,7 +206,8 @@ streaming:
     def start_gateway(self):
         env = self.base_env()
         env.update({"MOBILE_AGENT": "link", "MOBILE_STATE_DIR": str(self.state), "MOBILE_PORT": str(self.port),
-                    "MOBILE_HOST": "127.0.0.1", "MOBILE_TOKEN": TOKEN, "MOBILE_ENV_FILE": "", "RUST_LOG": "info"})
+                    "MOBILE_HOST": "127.0.0.1", "MOBILE_TOKEN": TOKEN, "MOBILE_ENV_FILE": "", "RUST_LOG": "info",
+                    "MOBILE_AGENT_TOKEN": AGENT_TOKEN})
         self.gateway = Proc("gateway", [self.args.gateway], env, str(self.tmp), self.logs)
         self.wait(lambda: self.healthz() is not None, 15, "the gateway's /healthz",
                   proc=self.gateway)
@@ -346,6 +349,21 @@ async def check_clarify_text(w, phone):
     return "own text reached the model"
 
 
+async def check_slash_cancel(w, phone):
+    mark = phone.mark()
+    await phone.text("/new")
+    card = await phone.wait_for(lambda: phone.prompt_since(mark, "slash_confirm"), TURN, "a slash_confirm card")
+    after = phone.mark()
+    await phone.answer(card["id"], "cancel")
+    msg = await phone.wait_for(lambda: next((m for _, m in phone.final_messages_since(after)), None), 30,
+                               "Hermes' answer to the cancelled /new")
+    assert "cancel" in msg["text"].lower(), msg["text"]
+    await asyncio.sleep(6)
+    late = [f for f in phone.since(after, "typing") if not f.get("stop")]
+    assert not late, f"{len(late)} typing frames after /new was cancelled (Hermes' typing loop leaked)"
+    return f"answered: {msg['text'][:50]!r}; no typing afterwards"
+
+
 async def check_slash_new(w, phone):
     mark = phone.mark()
     await phone.text("/new")
@@ -399,7 +417,10 @@ async def check_hermes_send(w, phone):
     await phone.wait_for(
         lambda: any("hello from hermes send" in m["text"] for _, m in phone.final_messages_since(mark)),
         20, "the hermes send message")
-    off = await asyncio.to_thread(w.hermes_cli, "send", "--to", "mobile:no-such-phone", "nobody home")
+    # Hermes resolves a non-numeric chat it has never seen through its channel directory;
+    # a device's numeric chat id (see chat_id_for in the plugin) is always explicit.
+    nobody = "77" + "".join(f"{b:03d}" for b in b"no-such-phone")
+    off = await asyncio.to_thread(w.hermes_cli, "send", "--to", f"mobile:{nobody}", "nobody home")
     assert off.returncode != 0 and "device_offline" in (off.stdout + off.stderr), \
         f"an offline target did not fail with device_offline: {off.returncode} {off.stdout}{off.stderr}"
     return "delivered; an offline target fails with device_offline"
@@ -446,12 +467,39 @@ async def check_gateway_restart(w, phone):
     return f"Hermes back {took:.1f} s after the stop"
 
 
+async def check_websocket_link(w, phone):
+    w.hermes.stop(signal.SIGTERM, wait=10)
+    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
+    w.write_config(link=f"url: ws://127.0.0.1:{w.port}/agent\n      token: {AGENT_TOKEN}")
+    w.start_hermes()
+    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to attach over /agent", proc=w.hermes)
+    (_, m), _ = await turn(phone, "hello over the websocket", "a turn over /agent",
+                           predicate=lambda t: "hello over the websocket" in t)
+    # Files travel inline both ways over /agent.
+    data = make_png(w.tmp / "inline.png", 8, 8)
+    mark = phone.mark()
+    await phone.upload("image", "inline.png", data, caption="and this one?")
+    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the inline upload")
+    cache = str(w.hermes_home / "cache" / "mobile")
+    assert cache in json.dumps(w.model_log()), f"the inline upload did not reach the model under {cache}"
+    pic = w.work / "inline-out.png"
+    out = make_png(pic, 12, 12)
+    mark = phone.mark()
+    await phone.text(f"send me the picture {pic}")
+    media = await phone.wait_for(
+        lambda: next((phone.media[f["id"]] for f in phone.since(mark, "media")
+                      if phone.media[f["id"]]["data"] is not None), None), TURN, "a media frame over /agent")
+    assert media["data"] == out, "different bytes over /agent"
+    return "text, inline upload and inline image over /agent"
+
+
 CHECKS = [
     ("text turn, streamed edits in place", check_text_stream),
     ("exec_approval: deny", check_exec_deny),
     ("exec_approval: once", check_exec_once),
     ("clarify: a choice", check_clarify_choice),
     ("clarify: own text", check_clarify_text),
+    ("/new cancelled through a slash_confirm card", check_slash_cancel),
     ("/new through a slash_confirm card", check_slash_new),
     ("image from the agent as media", check_image_out),
     ("phone upload reaches the model as a saved path", check_upload),
@@ -459,6 +507,7 @@ CHECKS = [
     ("cron job with deliver: mobile:<id>", check_cron),
     ("Hermes killed and restarted", check_hermes_restart),
     ("gateway restarted, Hermes reconnects", check_gateway_restart),
+    ("Hermes over the /agent WebSocket", check_websocket_link),
 ]
 
 

@@ -42,6 +42,12 @@ def _text_of(content):
     return ""
 
 
+def _without_notes(text):
+    """The user's own words: Hermes adds paragraphs like "[System note: ...]" around them."""
+    kept = [p for p in re.split(r"\n\s*\n", text) if not p.lstrip().startswith("[")]
+    return "\n\n".join(kept).strip() or text.strip()
+
+
 def _last_user(messages):
     for m in reversed(messages):
         if m.get("role") == "user":
@@ -82,7 +88,7 @@ def plan(body):
         return ("text", "Cron report: the backup finished.", 0)
     if not user and any(m.get("role") == "system" for m in messages):
         return ("text", "OK.", 0)
-    return ("text", f"Echo: {user.strip()[:200]}", 0)
+    return ("text", f"Echo: {_without_notes(user)[:200]}", 0)
 
 
 def _chunk(delta, finish=None, usage=None):
