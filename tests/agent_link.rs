@@ -69,6 +69,19 @@ fn text_event(device: &str, id: &str, text: &str) -> AgentEvent {
     }
 }
 
+/// `device:text` of a gateway notice (a delivery from the gateway itself).
+fn notice(command: &AgentCommand) -> Option<String> {
+    match command {
+        AgentCommand::Deliver {
+            target,
+            text: Some(text),
+            sender,
+            ..
+        } if sender == "gateway" => Some(format!("{target}:{text}")),
+        _ => None,
+    }
+}
+
 fn ready(command: &LinkCommand) -> &AgentCommand {
     match command {
         LinkCommand::Ready(c) => c,
@@ -182,7 +195,7 @@ fn a_new_agent_replaces_the_old_and_in_flight_turns_end_for_the_phone() {
     assert_eq!(closed, vec![AGENT], "the old agent's connection is closed");
     // Its turns in flight end for the phone.
     let cmds: Vec<&AgentCommand> = commands.iter().map(|(_, c)| ready(c)).collect();
-    assert!(matches!(cmds[0], AgentCommand::Reply { text, done: true, .. } if text == AGENT_LOST_TEXT));
+    assert_eq!(notice(cmds[0]), Some(format!("tel-1:{AGENT_LOST_TEXT}")));
     assert!(matches!(cmds[1], AgentCommand::EndTurn { device } if device.as_str() == "tel-1"));
 }
 
@@ -209,13 +222,7 @@ fn messages_wait_in_order_while_detached_with_one_away_notice_per_device() {
         );
     }
     let (_, commands, _) = drain(&mut link);
-    let notices: Vec<String> = commands
-        .iter()
-        .filter_map(|(_, c)| match ready(c) {
-            AgentCommand::Reply { device, text, .. } => Some(format!("{}:{}", device.as_str(), text)),
-            _ => None,
-        })
-        .collect();
+    let notices: Vec<String> = commands.iter().filter_map(|(_, c)| notice(ready(c))).collect();
     assert_eq!(
         notices,
         vec![format!("tel-1:{AGENT_AWAY_TEXT}"), format!("tel-2:{AGENT_AWAY_TEXT}")]
@@ -250,7 +257,7 @@ fn the_queue_is_bounded_by_count_bytes_and_age() {
     let (_, commands, _) = drain(&mut link);
     assert!(commands
         .iter()
-        .any(|(_, c)| matches!(ready(c), AgentCommand::Reply { text, .. } if text == QUEUE_FULL_TEXT)));
+        .any(|(_, c)| notice(ready(c)) == Some(format!("tel-1:{QUEUE_FULL_TEXT}"))));
     assert_eq!(link.queued().0, 2);
     // Bytes: a big file does not fit.
     let mut link = AgentLink::new("gw", 300, None, QueueLimits { events: 10, ..limits });
@@ -283,14 +290,64 @@ fn the_queue_is_bounded_by_count_bytes_and_age() {
 #[test]
 fn typing_and_presence_are_not_queued() {
     let mut link = new_link();
-    link.handle_event(
-        Time::ZERO,
-        AgentEvent::UserTyping {
-            device: DeviceId("tel-1".into()),
-        },
-        None,
-    );
+    let device = DeviceId("tel-1".into());
+    link.handle_event(Time::ZERO, AgentEvent::UserTyping { device: device.clone() }, None);
+    let online = AgentEvent::DeviceOnline {
+        device: device.clone(),
+        name: "P".into(),
+        user: UserInfo::default(),
+    };
+    link.handle_event(Time::ZERO, online, None);
+    link.handle_event(Time::ZERO, AgentEvent::DeviceOffline { device }, None);
     assert_eq!(link.queued().0, 0);
+    let lines = attach(&mut link, AGENT, Time::ZERO);
+    assert_eq!(lines.len(), 1, "only the welcome: {lines:?}");
+    assert_eq!(lines[0]["devices"], json!([]), "tel-1 went offline again");
+}
+
+#[test]
+fn a_turn_that_had_its_answer_ends_quietly_when_the_agent_goes() {
+    // L41: only a turn without an answer gets the "agent stopped" notice.
+    let mut link = new_link();
+    attach(&mut link, AGENT, Time::ZERO);
+    link.handle_event(Time::ZERO, text_event("tel-1", "m1", "hi"), None);
+    link.handle_line(
+        Time::ZERO,
+        AGENT,
+        br#"{"t":"reply","device":"tel-1","id":"a","text":"hello"}"#,
+    );
+    drain(&mut link);
+    link.handle_peer_closed(Time::ZERO, AGENT);
+    let (_, commands, _) = drain(&mut link);
+    let cmds: Vec<&AgentCommand> = commands.iter().map(|(_, c)| ready(c)).collect();
+    assert_eq!(cmds.len(), 1, "{cmds:?}");
+    assert!(matches!(cmds[0], AgentCommand::EndTurn { .. }));
+}
+
+#[test]
+fn remote_agents_may_not_name_paths_on_the_gateway_host() {
+    // L42: over /agent a path would read the gateway's own files (its token included).
+    let mut link = new_link();
+    link.handle_peer_open(PeerId(9), true);
+    link.handle_line(Time::ZERO, PeerId(9), br#"{"t":"hello","v":1,"token":"agent-token"}"#);
+    let line =
+        br#"{"t":"send_file","ref":"f","device":"tel-1","kind":"document","name":"t","path":"/proc/self/environ"}"#;
+    link.handle_line(Time::ZERO, PeerId(9), line);
+    let (lines, commands, _) = drain(&mut link);
+    assert!(commands.is_empty());
+    assert_eq!(lines[1].1["code"], "forbidden");
+    assert_eq!(lines[1].1["ref"], "f");
+}
+
+#[test]
+fn a_refused_hello_is_the_last_thing_heard_from_that_peer() {
+    let mut link = new_link();
+    link.handle_peer_open(PeerId(7), true);
+    link.handle_line(Time::ZERO, PeerId(7), br#"{"t":"hello","v":1,"token":"wrong"}"#);
+    link.handle_line(Time::ZERO, PeerId(7), br#"{"t":"hello","v":1,"token":"agent-token"}"#);
+    let (lines, _, _) = drain(&mut link);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(!link.is_attached(), "a second try on a refused connection is ignored");
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! The agent protocol on arbitrary bytes (issue 9): the line reader never holds more than
 //! a line's limit plus what was pushed, the codec never panics, and an agent link fed the
-//! lines as a peer never panics and answers every refused line.
+//! lines as a peer never panics and writes only whole JSON lines.
 #![no_main]
 
 use hermes_mobile::agent_link::{AgentLink, LineItem, LineReader, LinkOutput, PeerId, QueueLimits};

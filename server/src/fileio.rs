@@ -153,12 +153,26 @@ fn save(store: &mut MediaStore, event: &AgentEvent) -> io::Result<PathBuf> {
 }
 
 /// Reads a regular file of at most `limit` bytes; never reads more than `limit + 1`.
+/// Anything else (a FIFO, a device, a directory) is refused before it is opened, and the
+/// open itself cannot block (`O_NONBLOCK`: a FIFO swapped in after the check fails fast):
+/// one stuck read would stall every save and load behind it, and shutdown with them.
 fn load(path: &Path, limit: usize) -> Result<Vec<u8>, LoadError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    const O_NONBLOCK: i32 = 0o4000;
+    const O_NOCTTY: i32 = 0o400;
     let unreadable = |e: io::Error| LoadError::Unreadable(format!("{}: {e}", path.display()));
-    let file = fs::File::open(path).map_err(unreadable)?;
+    let not_regular = || LoadError::Unreadable(format!("{}: not a regular file", path.display()));
+    if !fs::metadata(path).map_err(unreadable)?.is_file() {
+        return Err(not_regular());
+    }
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(O_NONBLOCK | O_NOCTTY)
+        .open(path)
+        .map_err(unreadable)?;
     let meta = file.metadata().map_err(unreadable)?;
     if !meta.is_file() {
-        return Err(LoadError::Unreadable(format!("{}: not a regular file", path.display())));
+        return Err(not_regular());
     }
     if meta.len() > limit as u64 {
         return Err(LoadError::TooBig);
@@ -185,6 +199,11 @@ mod tests {
         assert_eq!(load(&path, 99), Err(LoadError::TooBig));
         assert!(matches!(load(&dir, 100), Err(LoadError::Unreadable(_))));
         assert!(matches!(load(&dir.join("missing"), 100), Err(LoadError::Unreadable(_))));
+        // A FIFO would block the worker forever on open: refused before it is opened.
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+        assert!(made.success());
+        assert!(matches!(load(&fifo, 100), Err(LoadError::Unreadable(why)) if why.contains("not a regular file")));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

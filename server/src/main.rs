@@ -100,6 +100,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     };
     let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
     memory::return_large_blocks_promptly();
+    memory::forbid_inspection();
     if let Some(warning) = &config.log_warning {
         log::warn!("{warning}");
     }
@@ -125,9 +126,17 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) => return fail(e, 1),
     }
     if let Some(agent_token) = &config.agent_token {
-        if hermes_mobile::agent_link::tokens_equal(agent_token, &config.core.token) {
+        // L39: no token a phone or a service holds may make its holder the agent.
+        let core = &config.core;
+        let others = std::iter::once(&core.token)
+            .chain(core.extra_tokens.iter().map(|(_, t)| t))
+            .chain(core.deliver_tokens.iter());
+        if others
+            .into_iter()
+            .any(|t| hermes_mobile::agent_link::tokens_equal(agent_token, t))
+        {
             return fail(
-                "MOBILE_AGENT_TOKEN must differ from the app token: a phone must not be able to act as the agent",
+                "MOBILE_AGENT_TOKEN must differ from the app token and every phone or deliver token: a phone must not be able to act as the agent",
                 2,
             );
         }

@@ -44,3 +44,22 @@ pub fn trim() {
         unsafe { malloc_trim(0) };
     }
 }
+
+/// Makes the process non-dumpable (Linux `prctl(PR_SET_DUMPABLE, 0)`): other processes of
+/// the same user, an agent child included, can no longer read its memory or
+/// `/proc/<pid>/environ`, where `MOBILE_TOKEN` may be (L39). No core dumps either. Elsewhere
+/// a no-op.
+pub fn forbid_inspection() {
+    #[cfg(target_os = "linux")]
+    {
+        extern "C" {
+            // Linux `int prctl(int option, unsigned long arg2, ...)`.
+            fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+        }
+        const PR_SET_DUMPABLE: i32 = 4;
+        // SAFETY: PR_SET_DUMPABLE takes one integer and changes only this process's flag.
+        if unsafe { prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            log::debug!("prctl(PR_SET_DUMPABLE) was refused");
+        }
+    }
+}

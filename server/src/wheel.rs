@@ -28,6 +28,10 @@ pub enum TimerKind {
     Trim,
     /// Start the `exec:` agent again after it exited.
     AgentRestart,
+    /// Reap (or kill) an `exec:` agent that was told to stop.
+    AgentReap,
+    /// A Unix socket peer of the agent link must have said hello by now (key: its peer id).
+    AgentHello,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

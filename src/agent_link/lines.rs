@@ -19,6 +19,9 @@ pub enum LineItem {
 #[derive(Debug)]
 pub struct LineReader {
     buf: Vec<u8>,
+    /// Where the unread part of `buf` starts: lines are taken by moving this, and the
+    /// buffer is compacted once per push, so a chunk of many short lines costs linear time.
+    start: usize,
     /// Bytes of `buf` already searched for `\n`.
     scanned: usize,
     limit: usize,
@@ -30,6 +33,7 @@ impl LineReader {
     pub fn new(limit: usize) -> LineReader {
         LineReader {
             buf: Vec::new(),
+            start: 0,
             scanned: 0,
             limit,
             skipping: false,
@@ -46,6 +50,11 @@ impl LineReader {
                 None => return,
             }
         }
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.scanned -= self.start;
+            self.start = 0;
+        }
         self.buf.extend_from_slice(bytes);
     }
 
@@ -55,15 +64,15 @@ impl LineReader {
             if self.skipping {
                 return None;
             }
-            match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+            let from = self.scanned.max(self.start);
+            match self.buf[from..].iter().position(|b| *b == b'\n') {
                 Some(offset) => {
-                    let end = self.scanned + offset;
-                    let rest = self.buf.split_off(end + 1);
-                    let mut line = std::mem::replace(&mut self.buf, rest);
-                    self.scanned = 0;
-                    line.pop(); // the '\n'
+                    let end = from + offset;
+                    let mut line = &self.buf[self.start..end];
+                    self.start = end + 1;
+                    self.scanned = self.start;
                     if line.last() == Some(&b'\r') {
-                        line.pop();
+                        line = &line[..line.len() - 1];
                     }
                     if line.len() > self.limit {
                         return Some(LineItem::TooBig);
@@ -71,18 +80,24 @@ impl LineReader {
                     if line.iter().all(u8::is_ascii_whitespace) {
                         continue; // blank lines are allowed and mean nothing
                     }
-                    return Some(LineItem::Line(line));
+                    return Some(LineItem::Line(line.to_vec()));
                 }
-                None if self.buf.len() > self.limit => {
+                None if self.buf.len() - self.start > self.limit => {
                     self.buf = Vec::new();
+                    self.start = 0;
                     self.scanned = 0;
                     self.skipping = true;
                     return Some(LineItem::TooBig);
                 }
                 None => {
                     self.scanned = self.buf.len();
-                    if self.buf.is_empty() && self.buf.capacity() > 64 * 1024 {
-                        self.buf = Vec::new(); // a big line went: so does its buffer
+                    if self.start == self.buf.len() {
+                        self.buf.clear();
+                        self.start = 0;
+                        self.scanned = 0;
+                        if self.buf.capacity() > 64 * 1024 {
+                            self.buf = Vec::new(); // a big line went: so does its buffer
+                        }
                     }
                     return None;
                 }
@@ -92,7 +107,7 @@ impl LineReader {
 
     /// Bytes held (a partial line).
     pub fn buffered(&self) -> usize {
-        self.buf.len()
+        self.buf.len() - self.start
     }
 }
 

@@ -11,7 +11,7 @@ use super::codec::{
 };
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError};
 use crate::auth::ct_eq;
-use crate::ids::{DeviceId, MessageId};
+use crate::ids::DeviceId;
 use crate::time::Time;
 
 /// A connection of the link (the server's numbering).
@@ -93,8 +93,9 @@ pub struct AgentLink {
     agent: Option<PeerId>,
     queue: VecDeque<Queued>,
     queued_bytes: usize,
-    /// Devices that were handed a message and have had no `end_turn` since.
-    in_flight: HashSet<DeviceId>,
+    /// Devices that were handed a message and have had no `end_turn` since; `true` once
+    /// the agent sent a finished reply (its turn may end without a word from us).
+    in_flight: HashMap<DeviceId, bool>,
     /// Devices told that the agent is away, during this absence.
     told_away: HashSet<DeviceId>,
     online: HashMap<DeviceId, OnlineDevice>,
@@ -114,7 +115,7 @@ impl AgentLink {
             agent: None,
             queue: VecDeque::new(),
             queued_bytes: 0,
-            in_flight: HashSet::new(),
+            in_flight: HashMap::new(),
             told_away: HashSet::new(),
             online: HashMap::new(),
             outputs: VecDeque::new(),
@@ -163,24 +164,31 @@ impl AgentLink {
     }
 
     fn detached(&mut self, _now: Time) {
-        let mut devices: Vec<DeviceId> = self.in_flight.drain().collect();
+        let mut devices: Vec<(DeviceId, bool)> = self.in_flight.drain().collect();
         devices.sort();
-        for device in devices {
-            log::info!("device {device:?}: turn ended, the agent went away");
-            self.notice(&device, AGENT_LOST_TEXT);
+        for (device, answered) in devices {
+            if answered {
+                self.end_turn(&device); // it had its answer; only the typing indicator stops
+            } else {
+                log::info!("device {device:?}: turn ended, the agent went away");
+                self.notice(&device, AGENT_LOST_TEXT);
+            }
         }
     }
 
-    /// A reply and an end of turn for `device`, from the gateway itself.
+    /// A message and an end of turn for `device`, from the gateway itself. It goes as a
+    /// delivery (S4), so its message id is the gateway's own and can never meet an
+    /// agent's; a phone that is gone simply does not get it.
     fn notice(&mut self, device: &DeviceId, text: &str) {
         self.notices += 1;
-        let reply = AgentCommand::Reply {
-            device: device.clone(),
-            message: MessageId(format!("gw-{}", self.notices)),
-            text: text.to_owned(),
-            done: true,
+        let notice = AgentCommand::Deliver {
+            sender: "gateway".into(),
+            id: format!("notice-{}", self.notices),
+            target: device.as_str().to_owned(),
+            text: Some(text.to_owned()),
+            file: None,
         };
-        self.command(None, LinkCommand::Ready(reply));
+        self.command(None, LinkCommand::Ready(notice));
         self.end_turn(device);
     }
 
@@ -225,7 +233,11 @@ impl AgentLink {
     /// One line from a peer, without its newline.
     pub fn handle_line(&mut self, now: Time, peer: PeerId, line: &[u8]) {
         let Some(state) = self.peers.get(&peer) else { return };
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return; // a blank line (or an empty WebSocket message) means nothing
+        }
         let role = state.role;
+        let remote = state.needs_token;
         let parsed = match parse_agent_line(line) {
             Ok(parsed) => parsed,
             Err(e) => return self.refuse(peer, e),
@@ -238,12 +250,15 @@ impl AgentLink {
                     let given = hello.token.as_deref().unwrap_or("");
                     if expected.is_empty() || !ct_eq(given.as_bytes(), expected.as_bytes()) {
                         self.refuse(peer, LineError::new("auth_failed", "wrong or missing agent token"));
+                        // Forgotten now: nothing more it sends on this connection counts.
+                        self.peers.remove(&peer);
                         return self.close(peer, "agent token refused");
                     }
                 }
                 if hello.version != LINK_VERSION {
                     let message = format!("this gateway speaks version {LINK_VERSION}");
                     self.refuse(peer, LineError::new("unsupported_version", message));
+                    self.peers.remove(&peer);
                     return self.close(peer, "unsupported version");
                 }
                 match hello.role {
@@ -255,6 +270,7 @@ impl AgentLink {
                             .count();
                         if delivering >= MAX_DELIVER_PEERS {
                             self.refuse(peer, LineError::new("busy", "too many delivery connections"));
+                            self.peers.remove(&peer);
                             return self.close(peer, "too many delivery connections");
                         }
                         if let Some(p) = self.peers.get_mut(&peer) {
@@ -284,6 +300,22 @@ impl AgentLink {
                 };
                 self.refuse(peer, e)
             }
+            (
+                AgentLine::Command {
+                    reference,
+                    command: LinkCommand::NeedsFile { .. },
+                },
+                Some(_),
+            ) if remote => {
+                // An agent on another host names files on its own host, not this one: a
+                // path would let it read whatever the gateway can (its token included).
+                let e = LineError {
+                    reference,
+                    code: "forbidden",
+                    message: "an agent over /agent sends files as data, not path".into(),
+                };
+                self.refuse(peer, e)
+            }
             (AgentLine::Command { reference, mut command }, Some(role)) => {
                 if let LinkCommand::Ready(AgentCommand::Deliver { sender, .. })
                 | LinkCommand::NeedsFile {
@@ -295,8 +327,16 @@ impl AgentLink {
                     *sender = "link".to_owned();
                 }
                 if role == LinkRole::Agent {
-                    if let LinkCommand::Ready(AgentCommand::EndTurn { device }) = &command {
-                        self.in_flight.remove(device);
+                    match &command {
+                        LinkCommand::Ready(AgentCommand::EndTurn { device }) => {
+                            self.in_flight.remove(device);
+                        }
+                        LinkCommand::Ready(AgentCommand::Reply { device, done: true, .. }) => {
+                            if let Some(answered) = self.in_flight.get_mut(device) {
+                                *answered = true;
+                            }
+                        }
+                        _ => {}
                     }
                 }
                 self.command(
@@ -353,7 +393,7 @@ impl AgentLink {
 
     fn hand_over(&mut self, peer: PeerId, inline: bool, event: &AgentEvent, file: Option<&FileHandover>) {
         if let AgentEvent::MessageReceived { device, .. } = event {
-            self.in_flight.insert(device.clone());
+            self.in_flight.insert(device.clone(), false);
         }
         let inline_file = FileHandover::Inline;
         let file = if inline { Some(&inline_file) } else { file };

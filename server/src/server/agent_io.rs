@@ -5,7 +5,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,6 +33,12 @@ const MAX_OUTBOX_BYTES: usize = 64 * 1024 * 1024;
 const MAX_UNIX_PEERS: usize = 16;
 /// Bytes read per `read` call.
 const READ_CHUNK: usize = 64 * 1024;
+/// Lines and bytes taken from one peer per loop turn; the rest waits for the next turn, so
+/// an agent that writes without pause cannot keep the loop from the phones.
+const LINES_PER_TURN: usize = 64;
+const BYTES_PER_TURN: usize = 1024 * 1024;
+/// A child's stderr read per loop turn.
+const STDERR_PER_TURN: usize = 64 * 1024;
 /// A child's stderr line is logged cut to this.
 const MAX_STDERR_LINE: usize = 4096;
 /// Restart delays of a child that keeps exiting (issue 9: exponential, capped).
@@ -86,6 +93,8 @@ impl Outbox {
 pub enum ReadEnd {
     /// Nothing more for now (`WouldBlock`), or the link asked to pause.
     Paused,
+    /// This turn's budget is spent; more may be waiting: read again next turn.
+    Budget,
     /// The peer closed or the read failed.
     Closed(String),
 }
@@ -106,19 +115,33 @@ impl StreamPeer {
         }
     }
 
-    /// Hands complete lines to `on_line` until it says stop (`false`), then reads more
-    /// from `src` while `on_line` keeps accepting. Memory: one line's limit plus a chunk.
-    fn pump(&mut self, src: &mut impl Read, on_line: &mut dyn FnMut(PeerId, LineItem) -> bool) -> ReadEnd {
-        let mut chunk = [0u8; READ_CHUNK];
+    /// Hands complete lines to `on_line`, reading more from `src` as needed, for as long
+    /// as `on_line(peer, None)` says more are welcome and this turn's budget lasts.
+    /// Memory: one line's limit plus a chunk.
+    fn pump(&mut self, src: &mut impl Read, on_line: &mut dyn FnMut(PeerId, Option<LineItem>) -> bool) -> ReadEnd {
+        let mut chunk = vec![0u8; READ_CHUNK];
+        let (mut lines, mut bytes) = (0, 0);
         loop {
-            while let Some(item) = self.reader.next_line() {
-                if !on_line(self.peer, item) {
+            loop {
+                if !on_line(self.peer, None) {
                     return ReadEnd::Paused;
+                }
+                let Some(item) = self.reader.next_line() else { break };
+                if let LineItem::Line(l) = &item {
+                    bytes += l.len();
+                }
+                on_line(self.peer, Some(item));
+                lines += 1;
+                if lines >= LINES_PER_TURN || bytes >= BYTES_PER_TURN {
+                    return ReadEnd::Budget;
                 }
             }
             match src.read(&mut chunk) {
                 Ok(0) => return ReadEnd::Closed("closed by the agent".into()),
-                Ok(n) => self.reader.push(&chunk[..n]),
+                Ok(n) => {
+                    bytes += n;
+                    self.reader.push(&chunk[..n]);
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Paused,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return ReadEnd::Closed(format!("read failed: {e}")),
@@ -154,8 +177,9 @@ pub enum PeerHome {
 pub struct AgentIo {
     command: Option<String>,
     child: Option<ChildAgent>,
-    /// Children that were told to stop and have not been reaped yet.
-    exiting: Vec<Child>,
+    /// Children that were told to stop and have not been reaped yet, with when they are
+    /// killed if they have not exited.
+    exiting: Vec<(Child, Instant)>,
     restart_delay: Duration,
     pub restart_at: Option<Instant>,
     socket_path: Option<PathBuf>,
@@ -196,7 +220,12 @@ impl AgentIo {
         self.homes.remove(&peer);
     }
 
-    /// Every peer on a stream (child, Unix), to read again after a pause.
+    /// Every peer, to read again after a pause.
+    pub fn all_peers(&self) -> Vec<PeerId> {
+        self.homes.keys().copied().collect()
+    }
+
+    /// Every peer on a stream (child, Unix).
     pub fn stream_peers(&self) -> Vec<PeerId> {
         self.homes
             .iter()
@@ -215,8 +244,17 @@ impl AgentIo {
     pub fn spawn(&mut self, registry: &Registry, now: Instant) -> io::Result<PeerId> {
         let command = self.command.clone().unwrap_or_default();
         let mut cmd = Command::new("/bin/sh");
+        // A simple command replaces the shell (`exec`), so the agent is the child; one with
+        // shell syntax (`cd dir && python3 a.py`) keeps the shell. Either way the child
+        // leads its own process group, and signals go to the whole group.
+        let script = if command.contains(|c: char| ";&|<>()$`\n".contains(c)) {
+            command.clone()
+        } else {
+            format!("exec {command}")
+        };
         cmd.arg("-c")
-            .arg(format!("exec {command}"))
+            .arg(script)
+            .process_group(0)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -269,7 +307,7 @@ impl AgentIo {
         let status = match c.child.try_wait() {
             Ok(Some(status)) => status.to_string(),
             _ => {
-                terminate(&c.child);
+                signal_group(&c.child, SIGTERM);
                 "still running; sent SIGTERM".into()
             }
         };
@@ -291,51 +329,69 @@ impl AgentIo {
         } else {
             log::info!("agent: pid {} stopping ({why})", c.child.id());
         }
-        self.exiting.push(c.child);
-        self.reap();
+        self.exiting.push((c.child, now + KILL_AFTER));
+        self.reap(now);
         Some(peer)
     }
 
-    /// Collects children that have exited (no zombies left behind).
-    pub fn reap(&mut self) {
-        self.exiting
-            .retain_mut(|c| !matches!(c.try_wait(), Ok(Some(_)) | Err(_)));
+    /// Collects children that have exited (no zombies left behind) and kills the group of
+    /// any still running past its deadline. Returns when to look again, if any is left.
+    pub fn reap(&mut self, now: Instant) -> Option<Instant> {
+        self.exiting.retain_mut(|(c, deadline)| {
+            if matches!(c.try_wait(), Ok(Some(_)) | Err(_)) {
+                return false;
+            }
+            if now >= *deadline {
+                log::warn!("agent: pid {} did not exit after SIGTERM; killed", c.id());
+                signal_group(c, SIGKILL);
+                let _ = c.wait();
+                return false;
+            }
+            true
+        });
+        self.exiting.iter().map(|(_, d)| *d).min()
     }
 
     /// At shutdown: waits up to `grace` for the children to exit, then kills them.
     pub fn stop_children(&mut self, grace: Duration) {
         let deadline = Instant::now() + grace;
         while !self.exiting.is_empty() && Instant::now() < deadline {
-            self.reap();
+            self.reap(Instant::now());
             std::thread::sleep(Duration::from_millis(20));
         }
-        for c in &mut self.exiting {
+        for (c, _) in &mut self.exiting {
             log::warn!("agent: pid {} did not exit in time; killed", c.id());
-            let _ = c.kill();
+            signal_group(c, SIGKILL);
             let _ = c.wait();
         }
         self.exiting.clear();
     }
 
     /// Reads the child's stdout.
-    pub fn read_child(&mut self, on_line: &mut dyn FnMut(PeerId, LineItem) -> bool) -> Option<ReadEnd> {
+    pub fn read_child(&mut self, on_line: &mut dyn FnMut(PeerId, Option<LineItem>) -> bool) -> Option<ReadEnd> {
         let c = self.child.as_mut()?;
         Some(c.io.pump(&mut c.stdout, on_line))
     }
 
-    /// Logs what the child wrote to stderr, a line at a time, escaped.
-    pub fn read_child_stderr(&mut self) {
-        let Some(c) = self.child.as_mut() else { return };
-        let Some(stderr) = c.stderr.as_mut() else { return };
+    /// Logs what the child wrote to stderr, a line at a time, escaped. `true`: this turn's
+    /// budget ran out with more perhaps waiting (read again next turn).
+    pub fn read_child_stderr(&mut self) -> bool {
+        let Some(c) = self.child.as_mut() else { return false };
+        let Some(stderr) = c.stderr.as_mut() else { return false };
         let pid = c.child.id();
         let mut chunk = [0u8; 4096];
+        let mut taken = 0;
         loop {
+            if taken >= STDERR_PER_TURN {
+                return true;
+            }
             match stderr.read(&mut chunk) {
                 Ok(0) => {
                     c.stderr = None; // closed; stdout tells when the child is gone
                     break;
                 }
                 Ok(n) => {
+                    taken += n;
                     for &b in &chunk[..n] {
                         if b == b'\n' {
                             log_stderr(pid, &c.stderr_line);
@@ -349,6 +405,7 @@ impl AgentIo {
                 Err(_) => break,
             }
         }
+        false
     }
 
     // ---- link: a Unix socket -------------------------------------------------------
@@ -356,7 +413,13 @@ impl AgentIo {
     /// Listens on `path` (mode 0600). A socket file left by a gateway that is gone is
     /// replaced; one that still answers is another gateway, and an error.
     pub fn listen(&mut self, registry: &Registry, path: PathBuf) -> io::Result<()> {
-        if path.exists() {
+        if let Ok(meta) = std::fs::symlink_metadata(&path) {
+            if !meta.file_type().is_socket() {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!("{} exists and is not a socket; not touching it", path.display()),
+                ));
+            }
             if std::os::unix::net::UnixStream::connect(&path).is_ok() {
                 return Err(io::Error::new(
                     io::ErrorKind::AddrInUse,
@@ -368,7 +431,12 @@ impl AgentIo {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let mut listener = UnixListener::bind(&path)?;
+        // Owner-only from the moment it exists: the umask covers the bind, the chmod below
+        // the rest (no other thread creates files at start-up).
+        let old = set_umask(0o177);
+        let bound = UnixListener::bind(&path);
+        set_umask(old);
+        let mut listener = bound?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         registry.register(&mut listener, AGENT_LISTENER, Interest::READABLE)?;
         log::info!("agent link: listening on {}", path.display());
@@ -432,7 +500,11 @@ impl AgentIo {
         }
     }
 
-    pub fn read_unix(&mut self, key: usize, on_line: &mut dyn FnMut(PeerId, LineItem) -> bool) -> Option<ReadEnd> {
+    pub fn read_unix(
+        &mut self,
+        key: usize,
+        on_line: &mut dyn FnMut(PeerId, Option<LineItem>) -> bool,
+    ) -> Option<ReadEnd> {
         let p = self.unix.get_mut(key)?;
         Some(p.io.pump(&mut p.stream, on_line))
     }
@@ -510,18 +582,32 @@ fn log_stderr(pid: u32, line: &[u8]) {
     }
 }
 
-/// SIGTERM, so that the agent can finish what it is writing.
-fn terminate(child: &Child) {
+const SIGTERM: i32 = 15;
+const SIGKILL: i32 = 9;
+/// How long a child has between SIGTERM and SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(3);
+
+/// Signals the child's process group (it leads one: `process_group(0)`), so that whatever
+/// the agent started goes with it and cannot hold its stdout open.
+fn signal_group(child: &Child, signal: i32) {
     extern "C" {
-        // POSIX `int kill(pid_t pid, int sig)`.
+        // POSIX `int kill(pid_t pid, int sig)`; a negative pid names a process group.
         fn kill(pid: i32, sig: i32) -> i32;
     }
-    const SIGTERM: i32 = 15;
     if let Ok(pid) = i32::try_from(child.id()) {
-        // SAFETY: kill(2) with a pid of our own child that has not been reaped yet (its
-        // `Child` is alive), so the pid cannot have been reused.
-        unsafe { kill(pid, SIGTERM) };
+        // SAFETY: kill(2) on the group our own unreaped child leads (its `Child` is
+        // alive, so the pid, and the group id equal to it, cannot have been reused).
+        unsafe { kill(-pid, signal) };
     }
+}
+
+fn set_umask(mask: u32) -> u32 {
+    extern "C" {
+        // POSIX `mode_t umask(mode_t mask)`; it cannot fail.
+        fn umask(mask: u32) -> u32;
+    }
+    // SAFETY: umask only swaps the process's file creation mask.
+    unsafe { umask(mask) }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use hermes_mobile::AgentEvent;
 use mio::Token;
 
 use super::agent_io::{PeerHome, ReadEnd};
-use super::{Parked, Server};
+use super::{LinkRead, Parked, Server};
 use crate::agent::link::LinkIo;
 use crate::fileio::Done;
 use crate::wheel::TimerKind;
@@ -116,6 +116,9 @@ impl Server {
                 if let Some(at) = self.agent_io.restart_at {
                     self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
                 }
+                if let Some(at) = self.agent_io.reap(now) {
+                    self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
+                }
             }
             PeerHome::Unix(key) => {
                 log::info!("agent link: peer {} closed: {reason}", peer.0);
@@ -150,12 +153,23 @@ impl Server {
             if let Some(link) = self.agent.link_agent() {
                 link.link().handle_peer_open(peer, false);
             }
+            // A local peer that never says hello must not keep one of the few slots.
+            let at = now + self.config.core.hello_timeout;
+            self.wheel.insert(at, TimerKind::AgentHello, peer.0 as usize, 0);
             // Edge-triggered: its hello may already be waiting.
             if let Some(home) = self.agent_io.home(peer) {
                 self.read_link_peer(home, now);
             }
         }
         self.drive(now);
+    }
+
+    /// A Unix peer's hello timeout: ended if it has not said hello.
+    pub(super) fn agent_hello_due(&mut self, peer: PeerId, now: Instant) {
+        let said_hello = self.agent.link_agent().is_some_and(|l| l.role_of(peer).is_some());
+        if !said_hello && self.agent_io.home(peer).is_some() {
+            self.end_link_peer(peer, "no hello within the hello timeout", now);
+        }
     }
 
     pub(super) fn on_unix_peer(&mut self, token: Token, now: Instant) {
@@ -179,19 +193,23 @@ impl Server {
         }
     }
 
-    /// Reads lines from a stream peer into the link, pausing while a command's file is read.
+    /// Reads lines from a stream peer into the link, pausing while a command's file is read
+    /// and stopping at this turn's budget.
     pub(super) fn read_link_peer(&mut self, home: PeerHome, now: Instant) {
         let t = self.time(now);
         let Some(link) = self.agent.link_agent() else { return };
         let mut paused_for_file = false;
-        let mut on_line = |peer: PeerId, item: LineItem| {
+        let mut on_line = |peer: PeerId, item: Option<LineItem>| {
             match item {
-                LineItem::Line(line) => link.link().handle_line(t, peer, &line),
-                LineItem::TooBig => link.link().handle_too_big(peer),
+                None => {
+                    let go_on = link.wants_lines();
+                    paused_for_file |= !go_on;
+                    return go_on;
+                }
+                Some(LineItem::Line(line)) => link.link().handle_line(t, peer, &line),
+                Some(LineItem::TooBig) => link.link().handle_too_big(peer),
             }
-            let go_on = link.wants_lines();
-            paused_for_file |= !go_on;
-            go_on
+            true
         };
         let (peer, end) = match home {
             PeerHome::Child => (self.agent_io.child_peer(), self.agent_io.read_child(&mut on_line)),
@@ -199,11 +217,24 @@ impl Server {
                 self.agent_io.unix_peer_of_home(home),
                 self.agent_io.read_unix(key, &mut on_line),
             ),
-            PeerHome::Ws(..) => return,
+            PeerHome::Ws(key, generation) => {
+                if self.conns.get(key).is_some_and(|c| c.generation == generation) {
+                    self.on_ws(key, now);
+                }
+                return;
+            }
         };
         self.link_paused |= paused_for_file;
-        if let (Some(peer), Some(ReadEnd::Closed(why))) = (peer, end) {
-            self.end_link_peer(peer, &why, now);
+        match (peer, end) {
+            (Some(peer), Some(ReadEnd::Closed(why))) => self.end_link_peer(peer, &why, now),
+            (Some(_), Some(ReadEnd::Budget)) => self.link_read_again.push(LinkRead::Peer(home)),
+            _ => {}
+        }
+    }
+
+    pub(super) fn read_child_stderr(&mut self) {
+        if self.agent_io.read_child_stderr() {
+            self.link_read_again.push(LinkRead::ChildStderr);
         }
     }
 
@@ -218,7 +249,7 @@ impl Server {
                 return;
             }
             self.link_paused = false;
-            for peer in self.agent_io.stream_peers() {
+            for peer in self.agent_io.all_peers() {
                 if let Some(home) = self.agent_io.home(peer) {
                     self.read_link_peer(home, now);
                 }

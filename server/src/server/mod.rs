@@ -40,6 +40,9 @@ const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
 /// How long after memory was let go the heap is trimmed: long enough for a burst to end,
 /// short enough that RSS is back down soon after (issue 8: 30 s after the abuse).
 const TRIM_DELAY: Duration = Duration::from_secs(10);
+/// Lines queued for an `/agent` connection before it counts as not reading (L40's queue in
+/// base64, and then some).
+const AGENT_OUTBOX_LIMIT: usize = 64 * 1024 * 1024;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 
 pub struct Server {
@@ -64,6 +67,8 @@ pub struct Server {
     agent_route: bool,
     /// A link peer's reading paused behind a command's file: read again once it is read.
     link_paused: bool,
+    /// Link peers (and the child's stderr) whose read budget ran out this turn.
+    link_read_again: Vec<LinkRead>,
     core_wake: Option<Instant>,
     agent_wake: Option<Instant>,
     /// Slab keys to free once the current batch of events is handled (mio may still report
@@ -93,6 +98,13 @@ pub struct Server {
 }
 
 /// A core event waiting for its turn to reach the agent.
+/// A link input to read again next turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LinkRead {
+    Peer(PeerHome),
+    ChildStderr,
+}
+
 enum Parked {
     Ready(Box<AgentEvent>, Option<FileHandover>),
     Saving(Ticket),
@@ -162,6 +174,7 @@ impl Server {
             agent_io,
             agent_route,
             link_paused: false,
+            link_read_again: Vec::new(),
             config,
             core_wake: None,
             agent_wake: None,
@@ -238,7 +251,7 @@ impl Server {
                 let left = deadline.saturating_duration_since(Instant::now());
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
             }
-            if !self.read_again.is_empty() {
+            if !self.read_again.is_empty() || !self.link_read_again.is_empty() {
                 timeout = Some(Duration::ZERO);
             }
             match self.poll.poll(&mut events, timeout) {
@@ -250,6 +263,12 @@ impl Server {
             for key in std::mem::take(&mut self.read_again) {
                 self.on_io(key, now);
             }
+            for read in std::mem::take(&mut self.link_read_again) {
+                match read {
+                    LinkRead::Peer(home) => self.read_link_peer(home, now),
+                    LinkRead::ChildStderr => self.read_child_stderr(),
+                }
+            }
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(now),
@@ -258,7 +277,7 @@ impl Server {
                     agent_io::AGENT_LISTENER => self.on_agent_accept(now),
                     agent_io::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
                     agent_io::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
-                    agent_io::CHILD_STDERR => self.agent_io.read_child_stderr(),
+                    agent_io::CHILD_STDERR => self.read_child_stderr(),
                     token if self.agent_io.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
                     Token(key) => self.on_io(key, now),
                 }
@@ -503,16 +522,30 @@ impl Server {
         }
         let t = self.time(now);
         let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.agent_peer.is_some() && !conn.closing && conn.close_after.is_none() {
+            // Lines behind a command's file wait in the socket, not in memory (L42).
+            if self.agent.link_agent().is_some_and(|l| !l.wants_lines()) {
+                self.link_paused = true;
+                return;
+            }
+        }
+        let Some(conn) = self.conns.get_mut(key) else { return };
         let mut incoming = std::mem::take(&mut self.incoming);
         let read = conn.read_ws(now, &mut incoming);
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
+        let mut too_big = false;
         if let Some(peer) = conn.agent_peer {
             let authenticated = conn.device.is_some();
             if let Some(link) = self.agent.link_agent() {
                 for msg in incoming.drain(..) {
                     match msg {
                         Incoming::Message(bytes) => link.link().handle_line(t, peer, &bytes),
-                        Incoming::TooBig => link.link().handle_too_big(peer),
+                        // tungstenite cannot read on after an oversized message: the link
+                        // ends (1009), unlike a stream link, which skips the line (L38).
+                        Incoming::TooBig => {
+                            link.link().handle_too_big(peer);
+                            too_big = true;
+                        }
                         Incoming::InvalidUtf8 => link.link().handle_line(t, peer, &[0xff]),
                     }
                 }
@@ -537,6 +570,9 @@ impl Server {
         }
         self.incoming = incoming;
         self.touched.push(key);
+        if too_big {
+            return self.decide_close(key, 1009, "too_big", "agent sent a message over 16 MiB", now);
+        }
         if read == Ok(Drained::Budget) {
             self.read_again.push(key);
         }
@@ -649,15 +685,24 @@ impl Server {
     }
 
     fn flush_conn(&mut self, key: usize, now: Instant) {
-        let limit = self.config.max_queue_bytes;
         let Some(conn) = self.conns.get_mut(key) else { return };
         if !matches!(conn.phase, Phase::Ws(_)) {
             return;
         }
+        // An `/agent` agent may be handed the whole queue of what waited for it (L40: up to
+        // 32 MiB, inline files in base64): its own, larger bound, outside the phones' share.
+        let is_agent = conn.agent_peer.is_some();
+        let limit = if is_agent {
+            AGENT_OUTBOX_LIMIT
+        } else {
+            self.config.max_queue_bytes
+        };
         let was_closing = conn.closing;
         let queued_before = conn.outbox_bytes;
         let result = conn.pump();
-        self.outbox_total -= queued_before - conn.outbox_bytes;
+        if !is_agent {
+            self.outbox_total -= queued_before - conn.outbox_bytes;
+        }
         let too_slow = conn.outbox_bytes > limit;
         let generation = conn.generation;
         let now_closing = conn.closing && !was_closing;
@@ -676,7 +721,7 @@ impl Server {
             let Some(slowest) = self
                 .conns
                 .iter()
-                .filter(|(_, c)| c.outbox_bytes > 0)
+                .filter(|(_, c)| c.outbox_bytes > 0 && c.agent_peer.is_none())
                 .max_by_key(|(_, c)| c.outbox_bytes)
                 .map(|(k, _)| k)
             else {
@@ -701,7 +746,9 @@ impl Server {
         }
         conn.phase = Phase::Dead;
         conn.outbox.clear();
-        self.outbox_total -= conn.outbox_bytes;
+        if conn.agent_peer.is_none() {
+            self.outbox_total -= conn.outbox_bytes;
+        }
         conn.outbox_bytes = 0;
         let id = conn_id(key, conn.generation);
         let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());

@@ -35,6 +35,14 @@ impl Server {
                     self.start_child(now);
                 }
             }
+            TimerKind::AgentReap => {
+                if let Some(at) = self.agent_io.reap(now) {
+                    self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
+                }
+            }
+            TimerKind::AgentHello => {
+                self.agent_hello_due(hermes_mobile::agent_link::PeerId(entry.key as u64), now);
+            }
             TimerKind::Trim => {
                 self.trim_armed = false;
                 crate::memory::trim();
