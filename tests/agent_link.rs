@@ -52,7 +52,12 @@ fn drain(link: &mut AgentLink) -> Drained {
 fn attach(link: &mut AgentLink, peer: PeerId, now: Time) -> Vec<Value> {
     link.handle_peer_open(peer, false);
     link.handle_line(now, peer, br#"{"t":"hello","v":1,"agent":"test"}"#);
-    drain(link).0.into_iter().map(|(_, v)| v).collect()
+    drain(link)
+        .0
+        .into_iter()
+        .filter(|(p, _)| *p == peer)
+        .map(|(_, v)| v)
+        .collect()
 }
 
 fn text_event(device: &str, id: &str, text: &str) -> AgentEvent {
@@ -191,8 +196,13 @@ fn a_new_agent_replaces_the_old_and_in_flight_turns_end_for_the_phone() {
     drain(&mut link);
     link.handle_peer_open(PeerId(2), false);
     link.handle_line(Time::from_secs(1), PeerId(2), br#"{"t":"hello","v":1}"#);
-    let (_, commands, closed) = drain(&mut link);
+    let (lines, commands, closed) = drain(&mut link);
     assert_eq!(closed, vec![AGENT], "the old agent's connection is closed");
+    let told = lines
+        .iter()
+        .find(|(p, _)| *p == AGENT)
+        .expect("the old agent is told why");
+    assert_eq!(told.1["code"], "replaced");
     // Its turns in flight end for the phone.
     let cmds: Vec<&AgentCommand> = commands.iter().map(|(_, c)| ready(c)).collect();
     assert_eq!(notice(cmds[0]), Some(format!("tel-1:{AGENT_LOST_TEXT}")));

@@ -5,6 +5,7 @@ mod config;
 mod conn;
 mod env_file;
 mod fileio;
+mod hermes;
 mod http;
 mod memory;
 mod send;
@@ -38,6 +39,7 @@ fn real_main() -> i32 {
             Err(e) => fail(e, send::EXIT_USAGE),
         },
         Some("token") => token(&env, &args[1..]),
+        Some("hermes") => hermes::run(&env, &args[1..]),
         Some("serve") => serve(&env, &args[1..]),
         _ => serve(&env, &args),
     }

@@ -282,7 +282,8 @@ fn link_socket_is_private_and_a_new_agent_replaces_the_old() {
     assert_eq!(health(&server)["agent"], "connected");
     let mut second = LinkPeer::connect(&server, json!({"t":"hello","v":1,"agent":"second"}));
     second.until("welcome");
-    assert_eq!(first.next(), None, "the old agent's connection is closed");
+    assert_eq!(first.until("error")["code"], "replaced", "the old agent is told why");
+    assert_eq!(first.next(), None, "and its connection is closed");
     assert!(server.log_text().contains("replaces"), "{}", server.log_text());
     // The new one gets the traffic.
     let mut phone = Client::hello(&server, "tel-1");

@@ -360,6 +360,12 @@ impl AgentLink {
     fn attach(&mut self, now: Time, peer: PeerId, name: String, inline: bool) {
         if let Some(old) = self.agent.take() {
             log::info!("agent link: a new agent {name:?} replaces the one on peer {}", old.0);
+            // Said before the close, so that an agent can tell "replaced" from a crash and
+            // not fight the new one for the link.
+            self.refuse(
+                old,
+                LineError::new("replaced", "another agent said hello; this link is closed"),
+            );
             self.peers.remove(&old);
             self.close(old, "replaced by a new agent");
             self.detached(now);

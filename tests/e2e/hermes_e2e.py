@@ -13,6 +13,8 @@ timeout. Prints each check with its time and ends with "N passed, M failed".
 
 import argparse
 import asyncio
+import base64
+import datetime
 import json
 import os
 import shutil
@@ -28,6 +30,7 @@ import urllib.request
 import zlib
 from pathlib import Path
 
+sys.dont_write_bytecode = True  # no __pycache__ in the work tree
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
@@ -38,6 +41,8 @@ TOKEN = "e2e-app-token-0123456789abcdef"
 AGENT_TOKEN = "e2e-agent-token-fedcba9876543210"
 DEVICE = "e2e-phone"
 TURN = 90  # seconds allowed for one agent turn (the first one loads Hermes' tools)
+CHECK_LIMIT = 180  # seconds for one check
+RUN_LIMIT = 900  # seconds for the whole run: later checks are not started past it
 
 
 def log(msg):
@@ -119,7 +124,8 @@ class World:
         self.state = self.tmp / "state"
         self.work = self.tmp / "work"
         self.logs = self.tmp / "logs"
-        for d in (self.hermes_home, self.state, self.work, self.logs):
+        self.tmpdir = self.tmp / "tmp"  # Hermes' terminal tool keeps shell snapshots in TMPDIR
+        for d in (self.hermes_home, self.state, self.work, self.logs, self.tmpdir):
             d.mkdir(parents=True)
         self.port = free_port()
         self.gateway = None
@@ -132,8 +138,9 @@ class World:
     # -- environment -------------------------------------------------------
 
     def base_env(self):
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("MOBILE_", "HERMES_", "OPENAI_", "XDG_"))}
-        env.update({"HOME": str(self.home), "HERMES_HOME": str(self.hermes_home),
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("MOBILE_", "HERMES_", "OPENAI_", "XDG_", "TMP"))}
+        env.update({"HOME": str(self.home), "HERMES_HOME": str(self.hermes_home), "TMPDIR": str(self.tmpdir),
                     "PATH": f"{self.venv_bin}:{env.get('PATH', '/usr/bin:/bin')}",
                     "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
                     "PYTHONUNBUFFERED": "1"})
@@ -157,7 +164,7 @@ class World:
     def install_plugin(self):
         gw_help = subprocess.run([self.args.gateway, "--help"], capture_output=True, text=True, timeout=10).stdout
         target = self.hermes_home / "plugins" / "mobile"
-        if "hermes install" in gw_help:
+        if "hermes install" in gw_help and not self.args.copy_plugin:
             out = subprocess.run([self.args.gateway, "hermes", "install", "--hermes-home", str(self.hermes_home)],
                                  capture_output=True, text=True, timeout=20)
             if out.returncode != 0:
@@ -165,7 +172,8 @@ class World:
             for f in (REPO / "integrations" / "hermes" / "mobile").iterdir():
                 if f.is_file() and f.suffix in (".py", ".yaml"):
                     if (target / f.name).read_bytes() != f.read_bytes():
-                        raise RuntimeError(f"the binary's embedded {f.name} differs from the repository's")
+                        raise RuntimeError(f"the binary's embedded {f.name} differs from the repository's: "
+                                           "rebuild it (cargo build --release), or pass --copy-plugin")
             self.install_how = "hermes-mobile hermes install"
         else:
             shutil.copytree(REPO / "integrations" / "hermes" / "mobile", target,
@@ -274,6 +282,14 @@ async def turn(phone, text, what, timeout=TURN, predicate=None):
     return await phone.wait_for(done, timeout, what), mark
 
 
+async def model_saw(w, needle, what, timeout=TURN):
+    deadline = time.time() + timeout
+    while needle not in json.dumps(await asyncio.to_thread(w.model_log)):
+        if time.time() > deadline:
+            raise TimeoutError(f"the model never received {what}")
+        await asyncio.sleep(0.3)
+
+
 async def check_text_stream(w, phone):
     (mid, m), mark = await turn(phone, "please give me a long answer", "the long answer",
                                 predicate=lambda t: "The end." in t)
@@ -349,10 +365,27 @@ async def check_clarify_text(w, phone):
     return "own text reached the model"
 
 
+async def check_clarify_open(w, phone):
+    mark = phone.mark()
+    await phone.text("ask me an open question")
+    await phone.wait_for(
+        lambda: any("What name should I use" in m["text"] for _, m in phone.final_messages_since(mark)),
+        TURN, "the open question as a message")
+    assert not phone.prompt_since(mark, "clarify"), "an open question became a card without choices"
+    await phone.text("Call me Ada")
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "You chose" in m["text"]), None),
+        TURN, "the answer to the open question")
+    assert "Call me Ada" in msg["text"], msg["text"]
+    return "asked as a message; the next message answered it"
+
+
 async def check_slash_cancel(w, phone):
     mark = phone.mark()
     await phone.text("/new")
     card = await phone.wait_for(lambda: phone.prompt_since(mark, "slash_confirm"), TURN, "a slash_confirm card")
+    # The /new turn itself ends (typing stops) before the card is answered.
+    await phone.wait_for(lambda: any(f.get("stop") for f in phone.since(mark, "typing")), 15, "the /new turn to end")
     after = phone.mark()
     await phone.answer(card["id"], "cancel")
     msg = await phone.wait_for(lambda: next((m for _, m in phone.final_messages_since(after)), None), 30,
@@ -371,6 +404,7 @@ async def check_slash_new(w, phone):
     opts = [o["id"] for o in card["options"]]
     assert set(opts) >= {"once", "cancel"}, opts
     assert "Text fallback" not in card["text"], card["text"]
+    await phone.wait_for(lambda: any(f.get("stop") for f in phone.since(mark, "typing")), 15, "the /new turn to end")
     after = phone.mark()
     await phone.answer(card["id"], "once")
     msg = await phone.wait_for(lambda: next((m for _, m in phone.final_messages_since(after)), None), 30,
@@ -379,7 +413,7 @@ async def check_slash_new(w, phone):
     # Typing must not keep coming after the command (Hermes' typing loop can outlive it).
     await asyncio.sleep(5)
     late = [f for f in phone.since(after, "typing") if not f.get("stop")]
-    assert len(late) <= 1, f"{len(late)} typing frames after /new was confirmed"
+    assert not late, f"{len(late)} typing frames after /new was confirmed"
     return f"answered: {msg['text'][:60]!r}"
 
 
@@ -396,18 +430,53 @@ async def check_image_out(w, phone):
     return f"{len(data)} bytes, {media['meta'].get('mime')}"
 
 
+async def check_big_file_out(w, phone):
+    big = w.work / "huge.png"
+    big.write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(9 * 1024 * 1024))
+    mark = phone.mark()
+    await phone.text(f"send me the picture {big}")
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "huge.png" in m["text"]), None),
+        TURN, "a note naming the file that is too big")
+    assert "too large" in msg["text"], msg["text"]
+    assert not phone.since(mark, "media"), "a file over 8 MiB was sent as media"
+    return f"note: {msg['text'][:70]!r}"
+
+
 async def check_upload(w, phone):
     data = make_png(w.tmp / "upload.png", 16, 16)
     mark = phone.mark()
     await phone.upload("image", "cat photo.png", data, caption="what is this?")
+    media_dir = w.state / "media"
+    saved = await phone.wait_for(lambda: media_dir.exists() and [p for p in media_dir.iterdir()], 20,
+                                 "the gateway to save the upload")
+    await model_saw(w, str(saved[0]), f"the saved path {saved[0]}")
     await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the upload")
-    media_dir = str(w.state / "media")
-    saved = [p for p in Path(media_dir).iterdir()] if Path(media_dir).exists() else []
-    assert saved, "the gateway saved no file"
-    blob = json.dumps(w.model_log())
-    hits = [str(p) for p in saved if str(p) in blob]
-    assert hits, f"no saved path under {media_dir} reached the model"
-    return f"the model saw {hits[0]}"
+    return f"the model saw {saved[0]}"
+
+
+async def check_document_and_voice(w, phone):
+    media_dir = w.state / "media"
+    before = set(media_dir.iterdir()) if media_dir.exists() else set()
+    mark = phone.mark()
+    await phone.upload("document", "notes.txt", b"line one\nline two\n", caption="read my notes")
+    saved = await phone.wait_for(
+        lambda: media_dir.exists() and [p for p in media_dir.iterdir() if p not in before and "notes" in p.name],
+        20, "the gateway to save the document")
+    await model_saw(w, str(saved[0]), f"the document's saved path {saved[0]}")
+    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the document")
+    await phone.wait_for(phone.turn_over, 60, "the document's turn to end")
+    # A voice note with the app's recognized text: Hermes gets the text (and the file).
+    mark = phone.mark()
+    await phone.send({"t": "audio", "id": phone.next_id("v"), "format": "ogg",
+                      "data": base64.b64encode(b"OggS" + bytes(200)).decode(), "text": "voice words here"})
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "voice words here" in m["text"]), None),
+        TURN, "an answer to the voice note's text")
+    voice = [p for p in media_dir.iterdir() if p.suffix == ".ogg"]
+    assert voice, "the gateway saved no voice note"
+    await model_saw(w, str(voice[0]), f"the voice note's saved path {voice[0]}")
+    return f"document and voice paths reached the model; voice text answered ({msg['text'][:40]!r})"
 
 
 async def check_hermes_send(w, phone):
@@ -417,13 +486,21 @@ async def check_hermes_send(w, phone):
     await phone.wait_for(
         lambda: any("hello from hermes send" in m["text"] for _, m in phone.final_messages_since(mark)),
         20, "the hermes send message")
-    # Hermes resolves a non-numeric chat it has never seen through its channel directory;
-    # a device's numeric chat id (see chat_id_for in the plugin) is always explicit.
+    # A phone Hermes has seen, now offline: addressed by its device id.
+    other = Phone(f"ws://127.0.0.1:{w.port}/ws", TOKEN, device_id="e2e-other")
+    await other.connect()
+    await asyncio.sleep(1.0)  # the plugin names the device (device_online)
+    await other.close()
+    await asyncio.sleep(0.5)
+    off = await asyncio.to_thread(w.hermes_cli, "send", "--to", "mobile:e2e-other", "nobody home")
+    assert off.returncode != 0 and "device_offline" in (off.stdout + off.stderr), \
+        f"an offline phone did not fail with device_offline: {off.returncode} {off.stdout}{off.stderr}"
+    # A device Hermes never saw: its numeric chat id (see chat_id_for in the plugin).
     nobody = "77" + "".join(f"{b:03d}" for b in b"no-such-phone")
     off = await asyncio.to_thread(w.hermes_cli, "send", "--to", f"mobile:{nobody}", "nobody home")
     assert off.returncode != 0 and "device_offline" in (off.stdout + off.stderr), \
-        f"an offline target did not fail with device_offline: {off.returncode} {off.stdout}{off.stderr}"
-    return "delivered; an offline target fails with device_offline"
+        f"an unknown phone did not fail with device_offline: {off.returncode} {off.stdout}{off.stderr}"
+    return "delivered; offline phones fail with device_offline"
 
 
 async def check_cron(w, phone):
@@ -440,6 +517,32 @@ async def check_cron(w, phone):
         lambda: next((m for _, m in phone.final_messages_since(mark) if "Cron report" in m["text"]), None),
         60, "the cron delivery")
     return f"job {job_id} delivered ({len(msg['text'])} chars)"
+
+
+async def check_cron_ticker(w, phone):
+    """A job due while Hermes is down fires on its gateway's first tick, over the live link."""
+    created = await asyncio.to_thread(w.hermes_cli, "cron", "create", "every 1h", "cron: the ticker's report",
+                                      "--name", "e2e-ticker", "--deliver", f"mobile:{DEVICE}")
+    assert created.returncode == 0, f"cron create failed: {created.stdout}{created.stderr}"
+    job_id = next(line.split(":", 1)[1].strip() for line in created.stdout.splitlines()
+                  if line.strip().startswith("Created job:"))
+    w.hermes.stop(signal.SIGTERM, wait=15)
+    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see Hermes go")
+    jobs_file = w.hermes_home / "cron" / "jobs.json"
+    jobs = json.loads(jobs_file.read_text())
+    for job in jobs["jobs"]:
+        if job["id"] == job_id:
+            due = datetime.datetime.fromisoformat(job["next_run_at"]) - datetime.timedelta(hours=1, seconds=30)
+            job["next_run_at"] = due.isoformat()
+    jobs_file.write_text(json.dumps(jobs, indent=2))
+    mark = phone.mark()
+    w.start_hermes()
+    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to come back", proc=w.hermes)
+    msg = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(mark) if "e2e-ticker" in m["text"]), None),
+        TURN, "the ticker's cron delivery")
+    assert "Cron report" in msg["text"], msg["text"]
+    return f"job {job_id} fired at Hermes' start and reached the phone"
 
 
 async def check_hermes_restart(w, phone):
@@ -481,7 +584,7 @@ async def check_websocket_link(w, phone):
     await phone.upload("image", "inline.png", data, caption="and this one?")
     await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the inline upload")
     cache = str(w.hermes_home / "cache" / "mobile")
-    assert cache in json.dumps(w.model_log()), f"the inline upload did not reach the model under {cache}"
+    await model_saw(w, cache, "the inline upload under " + cache)
     pic = w.work / "inline-out.png"
     out = make_png(pic, 12, 12)
     mark = phone.mark()
@@ -499,12 +602,16 @@ CHECKS = [
     ("exec_approval: once", check_exec_once),
     ("clarify: a choice", check_clarify_choice),
     ("clarify: own text", check_clarify_text),
+    ("clarify without choices (a plain question)", check_clarify_open),
     ("/new cancelled through a slash_confirm card", check_slash_cancel),
     ("/new through a slash_confirm card", check_slash_new),
     ("image from the agent as media", check_image_out),
+    ("a file over 8 MiB from the agent becomes a note", check_big_file_out),
     ("phone upload reaches the model as a saved path", check_upload),
+    ("a document and a voice note", check_document_and_voice),
     ("hermes send --to mobile:<id>", check_hermes_send),
     ("cron job with deliver: mobile:<id>", check_cron),
+    ("cron job fired by the Hermes gateway's ticker", check_cron_ticker),
     ("Hermes killed and restarted", check_hermes_restart),
     ("gateway restarted, Hermes reconnects", check_gateway_restart),
     ("Hermes over the /agent WebSocket", check_websocket_link),
@@ -522,12 +629,21 @@ async def run(w, only):
     w.wait(lambda: w.agent_state() == "connected", 90, "Hermes to attach to the gateway", proc=w.hermes)
     phone = await w.new_phone()
     log(f"setup: {time.time() - t_setup:.1f} s (plugin: {w.install_how}; tmp {w.tmp})")
+    run_deadline = t_setup + RUN_LIMIT
     for name, fn in CHECKS:
         if only and not any(o in name for o in only):
             continue
         t0 = time.time()
+        if t0 > run_deadline:
+            results.append((name, False))
+            log(f"FAIL {name}: not run, the run took over {RUN_LIMIT} s")
+            continue
         try:
-            detail = await asyncio.wait_for(fn(w, w.phone or phone), 240)
+            # Like a person, wait for the previous turn to end (Hermes runs a command
+            # sent into a busy session differently: /new then skips its confirmation).
+            current = w.phone or phone
+            await current.wait_for(current.turn_over, 60, "the previous turn to end")
+            detail = await asyncio.wait_for(fn(w, current), CHECK_LIMIT)
             results.append((name, True))
             log(f"PASS {name} ({time.time() - t0:.1f} s): {detail}")
         except Exception as exc:
@@ -545,17 +661,27 @@ def main():
     ap.add_argument("--gateway", default=os.environ.get("GATEWAY_BIN", str(REPO / "target/release/hermes-mobile")))
     ap.add_argument("--hermes", default=os.environ.get("HERMES_BIN", str(Path(sys.executable).parent / "hermes")))
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
+    ap.add_argument("--copy-plugin", action="store_true",
+                    help="copy integrations/hermes/mobile instead of `hermes-mobile hermes install`")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("only", nargs="*", help="run only the checks whose names contain these words")
     args = ap.parse_args()
+    args.gateway = str(Path(args.gateway).resolve())
     for path, what in ((args.gateway, "gateway binary"), (args.hermes, "hermes")):
         if not os.access(path, os.X_OK):
             sys.exit(f"no {what} at {path}")
+    def interrupted(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupted)
     w = World(args)
     t0 = time.time()
     results = []
     try:
         results = asyncio.run(run(w, args.only))
+    except KeyboardInterrupt as exc:
+        log(f"FAIL interrupted ({exc}); stopping every process")
+        results.append(("interrupted", False))
     except Exception as exc:
         log(f"FAIL setup: {type(exc).__name__}: {exc}")
         results.append(("setup", False))

@@ -10,6 +10,7 @@ answers is chosen by keywords in the last user message, so the test drives it:
 | `long answer`             | a long answer streamed in many small chunks |
 | `delete <path>`           | a `terminal` tool call `rm -rf <path>`; then a text quoting the tool's result |
 | `clarify`                 | a `clarify` tool call with three choices; then `You chose: <answer>` |
+| `open question`           | a `clarify` tool call without choices; then `You chose: <answer>` |
 | `picture <abs path>`      | a text with `MEDIA:<abs path>` (Hermes sends the file) |
 | `cron`                    | `Cron report: the backup finished.` |
 | anything else             | `Echo: <message>` |
@@ -64,14 +65,12 @@ def plan(body):
     tools = {t.get("function", {}).get("name") for t in body.get("tools") or [] if isinstance(t, dict)}
     if last.get("role") == "tool":
         result = _text_of(last.get("content"))
-        if "clarify" in low:
-            answer = result
-            try:
-                parsed = json.loads(result)
-                answer = parsed.get("user_response") or parsed.get("response") or parsed.get("answer") or result
-            except (ValueError, AttributeError):
-                pass
-            return ("text", f"You chose: {answer}", 0)
+        try:
+            parsed = json.loads(result)
+        except ValueError:
+            parsed = None
+        if isinstance(parsed, dict) and parsed.get("user_response"):
+            return ("text", f"You chose: {parsed['user_response']}", 0)  # a clarify answer
         return ("text", f"Tool result: {result[:300]}", 0)
     if "long answer" in low:
         words = " ".join(f"word{i}" for i in range(LONG_WORDS))
@@ -79,6 +78,8 @@ def plan(body):
     m = re.search(r"delete (\S+)", user)
     if m and "terminal" in tools:
         return ("tool", "terminal", {"command": f"rm -rf {m.group(1)}"})
+    if "open question" in low and "clarify" in tools:
+        return ("tool", "clarify", {"question": "What name should I use for you?"})
     if "clarify" in low and "clarify" in tools:
         return ("tool", "clarify", {"question": "Which colour do you want?", "choices": ["red", "green", "blue"]})
     m = re.search(r"picture (/\S+)", user)

@@ -148,6 +148,13 @@ class Phone:
             except asyncio.TimeoutError:
                 pass
 
+    def turn_over(self):
+        """True when the agent's last turn ended: the latest `typing` frame is a stop."""
+        for _, f in reversed(self.frames):
+            if f.get("t") == "typing":
+                return bool(f.get("stop"))
+        return True
+
     def mark(self):
         """A position in the frame log; `since(mark)` gives the frames after it."""
         return len(self.frames)
