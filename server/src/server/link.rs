@@ -16,8 +16,10 @@ use crate::wheel::TimerKind;
 
 impl Server {
     /// A core event on its way to the agent. A file or voice note is saved first (off the
-    /// loop); events behind it wait, so the agent sees them in order.
-    pub(super) fn park(&mut self, event: AgentEvent) {
+    /// loop); events behind it wait, so the agent sees them in order. An event with nothing
+    /// ahead of it and no file is handed back, to go to the agent at once (no allocation
+    /// on the common path).
+    pub(super) fn park(&mut self, event: AgentEvent) -> Option<AgentEvent> {
         let has_file = matches!(
             &event,
             AgentEvent::MessageReceived { file: Some(_), .. } | AgentEvent::MessageReceived { audio: Some(_), .. }
@@ -25,9 +27,12 @@ impl Server {
         if has_file {
             let ticket = self.files.save(event);
             self.parked.push_back(Parked::Saving(ticket));
+        } else if self.parked.is_empty() {
+            return Some(event);
         } else {
             self.parked.push_back(Parked::Ready(Box::new(event), None));
         }
+        None
     }
 
     /// The file worker finished something.

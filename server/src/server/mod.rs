@@ -596,7 +596,9 @@ impl Server {
             }
             while let Some(event) = self.core.poll_event() {
                 progress = true;
-                self.park(event);
+                if let Some(event) = self.park(event) {
+                    self.agent.handle_event(t, event, None);
+                }
             }
             while let Some(Parked::Ready(..)) = self.parked.front() {
                 if let Some(Parked::Ready(event, file)) = self.parked.pop_front() {
