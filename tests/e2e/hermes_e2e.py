@@ -247,6 +247,10 @@ streaming:
                 raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
             time.sleep(0.2)
 
+    async def until(self, pred, timeout, what, proc=None):
+        """`wait` off the event loop, so the phone keeps reading (and answering pings)."""
+        return await asyncio.to_thread(self.wait, pred, timeout, what, proc)
+
     def hermes_cli(self, *argv, timeout=120):
         return subprocess.run([self.args.hermes, *argv], env=self.base_env(), cwd=str(self.work),
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -526,8 +530,8 @@ async def check_cron_ticker(w, phone):
     assert created.returncode == 0, f"cron create failed: {created.stdout}{created.stderr}"
     job_id = next(line.split(":", 1)[1].strip() for line in created.stdout.splitlines()
                   if line.strip().startswith("Created job:"))
-    w.hermes.stop(signal.SIGTERM, wait=15)
-    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see Hermes go")
+    await asyncio.to_thread(w.hermes.stop, signal.SIGTERM, 15)
+    await w.until(lambda: w.agent_state() == "disconnected", 15, "the gateway to see Hermes go")
     jobs_file = w.hermes_home / "cron" / "jobs.json"
     jobs = json.loads(jobs_file.read_text())
     for job in jobs["jobs"]:
@@ -537,7 +541,7 @@ async def check_cron_ticker(w, phone):
     jobs_file.write_text(json.dumps(jobs, indent=2))
     mark = phone.mark()
     w.start_hermes()
-    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to come back", proc=w.hermes)
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to come back", proc=w.hermes)
     msg = await phone.wait_for(
         lambda: next((m for _, m in phone.final_messages_since(mark) if "e2e-ticker" in m["text"]), None),
         TURN, "the ticker's cron delivery")
@@ -546,10 +550,10 @@ async def check_cron_ticker(w, phone):
 
 
 async def check_hermes_restart(w, phone):
-    w.hermes.stop(signal.SIGKILL, wait=5)
-    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
+    await asyncio.to_thread(w.hermes.stop, signal.SIGKILL, 5)
+    await w.until(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
     w.start_hermes()
-    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect", proc=w.hermes)
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect", proc=w.hermes)
     assert not phone.closed, "the phone was disconnected"
     (_, m), _ = await turn(phone, "are you back?", "a turn after the restart",
                            predicate=lambda t: "are you back" in t)
@@ -558,11 +562,11 @@ async def check_hermes_restart(w, phone):
 
 async def check_gateway_restart(w, phone):
     t0 = time.time()
-    w.gateway.stop(signal.SIGTERM, wait=10)
+    await asyncio.to_thread(w.gateway.stop, signal.SIGTERM, 10)
     await phone.wait_for(lambda: phone.closed, 10, "the phone to see the gateway go")
     await phone.close()
-    w.start_gateway()
-    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect by itself", proc=w.hermes)
+    await asyncio.to_thread(w.start_gateway)
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect by itself", proc=w.hermes)
     took = time.time() - t0
     phone2 = await w.new_phone()
     (_, m), _ = await turn(phone2, "still there after the gateway restart?", "a turn after the gateway restart",
@@ -571,11 +575,11 @@ async def check_gateway_restart(w, phone):
 
 
 async def check_websocket_link(w, phone):
-    w.hermes.stop(signal.SIGTERM, wait=10)
-    w.wait(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
+    await asyncio.to_thread(w.hermes.stop, signal.SIGTERM, 10)
+    await w.until(lambda: w.agent_state() == "disconnected", 15, "the gateway to see the agent gone")
     w.write_config(link=f"url: ws://127.0.0.1:{w.port}/agent\n      token: {AGENT_TOKEN}")
     w.start_hermes()
-    w.wait(lambda: w.agent_state() == "connected", 60, "Hermes to attach over /agent", proc=w.hermes)
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to attach over /agent", proc=w.hermes)
     (_, m), _ = await turn(phone, "hello over the websocket", "a turn over /agent",
                            predicate=lambda t: "hello over the websocket" in t)
     # Files travel inline both ways over /agent.
@@ -596,10 +600,99 @@ async def check_websocket_link(w, phone):
     return "text, inline upload and inline image over /agent"
 
 
+async def check_exec_stale_card(w, phone):
+    """A card whose command was stopped must not approve the next command (Hermes
+    resolves approvals oldest first; the plugin answers exactly the card's own)."""
+    first = w.work / "stale" / "first"
+    second = w.work / "stale" / "second"
+    first.mkdir(parents=True)
+    second.mkdir(parents=True)
+    mark = phone.mark()
+    await phone.text(f"please delete {first}")
+    old = await phone.wait_for(lambda: phone.prompt_since(mark, "exec_approval"), TURN, "the first card")
+    await phone.text("/stop")
+    await phone.wait_for(phone.turn_over, 60, "the stopped turn to end")
+    mark = phone.mark()
+    await phone.text(f"please delete {second}")
+    new = await phone.wait_for(lambda: phone.prompt_since(mark, "exec_approval"), TURN, "the second card")
+    assert str(second) in new["command"] and new["id"] != old["id"], (old, new)
+    after = phone.mark()
+    await phone.answer(old["id"], "once")
+    note = await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(after) if "no longer" in m["text"]), None),
+        30, "a note that the old card is no longer pending")
+    await asyncio.sleep(1.0)
+    assert second.exists(), "answering the stopped command's card approved the next command"
+    assert first.exists(), "the stopped command ran"
+    await phone.answer(new["id"], "deny")
+    await phone.wait_for(
+        lambda: next((m for _, m in phone.final_messages_since(after) if "Tool result" in m["text"]), None),
+        TURN, "the answer after denying the second card")
+    assert second.exists(), "a denied command ran"
+    return f"old card: {note['text'][:60]!r}; the second command waited for its own card"
+
+
+async def check_queued_in_order(w, phone):
+    """Messages sent while Hermes is down reach it once each, in order, and the phone
+    hears once that the agent is away."""
+    await asyncio.to_thread(w.hermes.stop, signal.SIGTERM, 15)
+    await w.until(lambda: w.agent_state() == "disconnected", 15, "the gateway to see Hermes go")
+    mark = phone.mark()
+    words = ["queued-alpha", "queued-bravo", "queued-charlie"]
+    for word in words:
+        await phone.text(f"{word} please")
+    await phone.wait_for(lambda: any("not connected" in m["text"] for _, m in phone.final_messages_since(mark)),
+                         10, "the away notice")
+    w.start_hermes()
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to come back", proc=w.hermes)
+
+    def seen():
+        log = w.model_log()
+        for req in reversed(log):
+            users = [json.dumps(m.get("content")) for m in req.get("messages") or [] if m.get("role") == "user"]
+            text = "\n".join(users)
+            if all(word in text for word in words):
+                return text
+        return None
+
+    text = await w.until(seen, TURN, "a model request with all three queued messages")
+    where = [text.index(word) for word in words]
+    assert where == sorted(where), f"queued messages reached the model out of order: {where}\n{text[-1500:]}"
+    await phone.wait_for(phone.turn_over, TURN, "the queued turns to end")
+    away = [m for _, m in phone.final_messages_since(mark) if "not connected" in m["text"]]
+    assert len(away) == 1, f"{len(away)} away notices"
+    return "three messages in order; one away notice"
+
+
+async def check_card_survives_gateway_restart(w, phone):
+    """A card open while the gateway restarts comes back, and answering it still works."""
+    target = w.work / "restart" / "target"
+    target.mkdir(parents=True)
+    mark = phone.mark()
+    await phone.text(f"please delete {target}")
+    card = await phone.wait_for(lambda: phone.prompt_since(mark, "exec_approval"), TURN, "a card")
+    await asyncio.to_thread(w.gateway.stop, signal.SIGTERM, 10)
+    await phone.wait_for(lambda: phone.closed, 10, "the phone to see the gateway go")
+    await phone.close()
+    await asyncio.to_thread(w.start_gateway)
+    await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to reconnect", proc=w.hermes)
+    phone2 = await w.new_phone()
+    again = await phone2.wait_for(lambda: phone2.prompts.get(card["id"]), 20, "the card after the restart")
+    mark = phone2.mark()
+    await phone2.answer(again["id"], "once")
+    await phone2.wait_for(
+        lambda: next((m for _, m in phone2.final_messages_since(mark) if "Tool result" in m["text"]), None),
+        TURN, "the answer after the card")
+    await asyncio.sleep(0.2)
+    assert not target.exists(), "the approved command did not run"
+    return f"card {card['id']} came back and was answered"
+
+
 CHECKS = [
     ("text turn, streamed edits in place", check_text_stream),
     ("exec_approval: deny", check_exec_deny),
     ("exec_approval: once", check_exec_once),
+    ("exec_approval: a stopped command's card approves nothing", check_exec_stale_card),
     ("clarify: a choice", check_clarify_choice),
     ("clarify: own text", check_clarify_text),
     ("clarify without choices (a plain question)", check_clarify_open),
@@ -612,8 +705,10 @@ CHECKS = [
     ("hermes send --to mobile:<id>", check_hermes_send),
     ("cron job with deliver: mobile:<id>", check_cron),
     ("cron job fired by the Hermes gateway's ticker", check_cron_ticker),
+    ("messages sent while Hermes is down arrive in order", check_queued_in_order),
     ("Hermes killed and restarted", check_hermes_restart),
     ("gateway restarted, Hermes reconnects", check_gateway_restart),
+    ("a card open across a gateway restart", check_card_survives_gateway_restart),
     ("Hermes over the /agent WebSocket", check_websocket_link),
 ]
 
@@ -626,7 +721,7 @@ async def run(w, only):
     w.write_config()
     w.start_gateway()
     w.start_hermes()
-    w.wait(lambda: w.agent_state() == "connected", 90, "Hermes to attach to the gateway", proc=w.hermes)
+    await w.until(lambda: w.agent_state() == "connected", 90, "Hermes to attach to the gateway", proc=w.hermes)
     phone = await w.new_phone()
     log(f"setup: {time.time() - t_setup:.1f} s (plugin: {w.install_how}; tmp {w.tmp})")
     run_deadline = t_setup + RUN_LIMIT

@@ -69,6 +69,18 @@ CONNECT_WAIT = 5.0
 # (a command answered inline, a message merged into a running turn) and end the
 # gateway's turn ourselves, so the phone's typing indicator cannot hang.
 IDLE_TURN_GRACE = 3.0
+# How long a message waits for Hermes to list this adapter as its `mobile` platform
+# before it is handed over anyway (Hermes registers an adapter only after connect()
+# returns, and its authorization check looks the adapter up there).
+REGISTER_WAIT = 30.0
+# The longest a backlog message waits for the turn of the one before it to end.
+BACKLOG_TURN_WAIT = 300.0
+# A card's state is kept this long past its expiry when Hermes cannot tell us whether
+# it still waits (so a late answer can still be told apart from an unknown card).
+PROMPT_GRACE = 60.0
+# Files the gateway sent inline are kept this long under $HERMES_HOME/cache/mobile.
+INLINE_KEEP_SECS = 7 * 24 * 3600
+INLINE_KEEP_FILES = 200
 
 _HOME_NOTICE_RE = re.compile(r"^\W*No home channel is set for ", re.UNICODE)
 _TEXT_FALLBACK_RE = re.compile(r"\n*_?Text fallback:.*$", re.DOTALL)
@@ -183,7 +195,13 @@ class _WsTransport:
         return cls(ws)
 
     async def send(self, obj: Dict[str, Any]) -> None:
-        await self._ws.send(_dumps(obj))
+        import websockets
+
+        try:
+            await self._ws.send(_dumps(obj))
+        except websockets.ConnectionClosed as exc:
+            # Callers treat a dropped link the same for both transports.
+            raise ConnectionError(f"the gateway closed the link ({exc})") from exc
 
     async def recv(self) -> Optional[Dict[str, Any]]:
         import websockets
@@ -286,9 +304,22 @@ def _guess_mime(name: str) -> Optional[str]:
 
 
 def _safe_name(name: str) -> str:
+    """A file name safe to show and to store: no path, no control characters, and at
+    most 150 UTF-8 bytes (file systems count bytes, 255 at most, and a prefix is added
+    when saving), keeping the extension."""
     name = os.path.basename(str(name or "")).replace("\x00", "")
-    name = re.sub(r"[\x00-\x1f/\\]", "_", name).strip(". ")
-    return name[:200] or "file"
+    name = re.sub(r"[\x00-\x1f/\\]", "_", name).strip(". ") or "file"
+    if len(name.encode("utf-8")) > 150:
+        stem, ext = os.path.splitext(name)
+        ext = ext if len(ext.encode("utf-8")) <= 16 else ""
+        budget = 150 - len(ext.encode("utf-8"))
+        name = stem.encode("utf-8")[:budget].decode("utf-8", "ignore") + ext
+    return name
+
+
+def _printable(value: Any, limit: int = 80) -> str:
+    """A string a peer chose, escaped for a log line (no newlines, no control codes)."""
+    return str(value)[:limit].encode("unicode_escape").decode("ascii")
 
 
 def _mib(n: int) -> str:
@@ -374,6 +405,10 @@ class MobileAdapter(BasePlatformAdapter):
         self._handed: Dict[str, int] = collections.defaultdict(int)
         self._ended: Dict[str, int] = {}
         self._tasks: set = set()
+        # Messages not yet handed to Hermes, per device, and each device's consumer:
+        # one at a time per device, so Hermes sees them in the order the phone sent.
+        self._inbox: Dict[str, "collections.deque[Dict[str, Any]]"] = {}
+        self._inbox_tasks: Dict[str, asyncio.Task] = {}
         self._ensure_home_channel()
 
     # -- Hermes properties ---------------------------------------------------
@@ -395,7 +430,8 @@ class MobileAdapter(BasePlatformAdapter):
         try:
             from gateway.config import HomeChannel
 
-            if getattr(self.config, "home_channel", None) is None and not os.environ.get(HOME_ENV):
+            chosen = os.environ.get(HOME_ENV) not in (None, "", HOME_CHAT_ID)
+            if getattr(self.config, "home_channel", None) is None and not chosen:
                 self.config.home_channel = HomeChannel(
                     platform=self.platform, chat_id=HOME_CHAT_ID, name="the gateway's home device"
                 )
@@ -446,7 +482,7 @@ class MobileAdapter(BasePlatformAdapter):
                     await transport.close()
                 raise
             except LinkError as exc:
-                logger.error("[mobile] the gateway refused the link: %s", exc)
+                logger.error("[mobile] the gateway refused the link: %s", _printable(exc, 200))
                 if transport is not None:
                     await transport.close()
                 await asyncio.sleep(BACKOFF_MAX)
@@ -468,7 +504,9 @@ class MobileAdapter(BasePlatformAdapter):
             self._transport = transport
             self._ready.set()
             self._mark_connected()
-            logger.info("[mobile] linked to %s at %s", welcome.get("gateway", "the gateway"),
+            if self._prompts:
+                self._spawn(self._reopen_cards())
+            logger.info("[mobile] linked to %s at %s", _printable(welcome.get("gateway", "the gateway")),
                         self._link_settings["where"])
             try:
                 await self._read_loop(transport)
@@ -487,7 +525,13 @@ class MobileAdapter(BasePlatformAdapter):
             if self._replaced:
                 logger.error("[mobile] another agent took over the gateway's link; this Hermes stays off it "
                              "(restart Hermes to take it back)")
+                # `hermes status` shows why; not reported to Hermes' fatal handler,
+                # which would build a new adapter and take the link back at once.
+                self._set_fatal_error("replaced", "another agent took over the hermes-mobile gateway's link",
+                                      retryable=False)
                 return
+            self._write_runtime_status_safe("disconnected", platform_state="disconnected", error_code=None,
+                                            error_message=None)
             if not self._closing:
                 # A link that stayed up a while resets the backoff; one that keeps
                 # dropping at once (say, two agents replacing each other) backs off.
@@ -522,11 +566,11 @@ class MobileAdapter(BasePlatformAdapter):
                         fut.set_exception(LinkError(str(obj.get("code") or "error"), str(obj.get("message") or "")))
                 continue
             if t == "error":
-                logger.warning("[mobile] gateway error: %s %s", obj.get("code"), obj.get("message"))
+                logger.warning("[mobile] gateway error: %s %s", _printable(obj.get("code")), _printable(obj.get("message"), 200))
                 if obj.get("code") == "replaced":
                     self._replaced = True
             elif t == "message":
-                self._spawn(self._on_message(obj))
+                self._enqueue_message(obj)
             elif t == "prompt_answered":
                 self._spawn(self._on_prompt_answered(obj))
             elif t == "prompt_expired":
@@ -623,7 +667,7 @@ class MobileAdapter(BasePlatformAdapter):
         content = content or ""
         if _HOME_NOTICE_RE.match(content):
             # Backstop for the "No home channel is set" notice (see _ensure_home_channel).
-            logger.info("[mobile] not sending Hermes' home-channel notice to %s", device_for(chat_id))
+            logger.info("[mobile] not sending Hermes' home-channel notice to %s", _printable(device_for(chat_id)))
             return SendResult(success=True, message_id="suppressed")
         if chat_id == HOME_CHAT_ID or (metadata and metadata.get("job_id")):
             # Cron output (and anything sent to the default home): a `deliver`, which
@@ -704,7 +748,7 @@ class MobileAdapter(BasePlatformAdapter):
         if self._turns.get(chat_id, 0) > 0:
             await self._notify({"t": "typing", "device": device_for(chat_id)})
         else:
-            logger.debug("[mobile] typing for %s outside a turn: not sent", device_for(chat_id))
+            logger.debug("[mobile] typing for %s outside a turn: not sent", _printable(device_for(chat_id)))
 
     async def stop_typing(self, chat_id: str) -> None:
         # The phone's indicator stops with `end_turn` (on_processing_complete).
@@ -718,6 +762,7 @@ class MobileAdapter(BasePlatformAdapter):
 
     async def on_processing_complete(self, event: MessageEvent, outcome: Any) -> None:
         chat_id = event.source.chat_id
+        self._prune_prompts()
         self._turns[chat_id] = max(0, self._turns.get(chat_id, 0) - 1)
         if self._turns[chat_id] == 0:
             self._turns.pop(chat_id, None)
@@ -799,11 +844,101 @@ class MobileAdapter(BasePlatformAdapter):
     # -- cards ---------------------------------------------------------------
 
     async def _open_prompt(self, body: Dict[str, Any], state: Dict[str, Any]) -> SendResult:
+        self._prune_prompts()
+        state["body"] = body
+        state["deadline"] = time.monotonic() + int(body.get("ttl") or 300)
         self._prompts[body["prompt"]] = state
         result = await self._result(body, body["prompt"])
         if not result.success:
             self._prompts.pop(body["prompt"], None)
         return result
+
+    @staticmethod
+    def _still_waiting(state: Dict[str, Any]) -> Optional[bool]:
+        """Whether Hermes still waits for this card's answer (None: cannot tell)."""
+        try:
+            kind = state["kind"]
+            if kind == "exec_approval":
+                entry = state.get("entry")
+                if entry is None:
+                    return None
+                from tools import approval
+
+                with approval._lock:
+                    return any(e is entry for e in approval._gateway_queues.get(state["session_key"]) or [])
+            if kind == "clarify":
+                from tools import clarify_gateway
+
+                with clarify_gateway._lock:
+                    return state["clarify_id"] in clarify_gateway._entries
+            if kind == "slash_confirm":
+                from tools import slash_confirm
+
+                pending = slash_confirm.get_pending(state["session_key"])
+                return bool(pending and pending.get("confirm_id") == state["confirm_id"])
+        except Exception:
+            logger.debug("[mobile] cannot tell whether a card is still awaited", exc_info=True)
+        return None
+
+    def _prune_prompts(self) -> None:
+        """Forget cards Hermes no longer waits for (answered elsewhere, /stop, timeout).
+
+        Their answers then get "no longer waiting" instead of resolving whatever
+        Hermes asks next.
+        """
+        now = time.monotonic()
+        for pid, state in list(self._prompts.items()):
+            waiting = self._still_waiting(state)
+            if waiting is False or (waiting is None and now > state.get("deadline", now) + PROMPT_GRACE):
+                self._prompts.pop(pid, None)
+
+    async def _reopen_cards(self) -> None:
+        """Open again every card Hermes still waits for, after a (re)connect.
+
+        A gateway that restarted has forgotten its cards while Hermes' waits go on; the
+        same card id comes back with the time it has left. A gateway that kept them
+        answers duplicate_prompt, which is fine.
+        """
+        self._prune_prompts()
+        now = time.monotonic()
+        for pid, state in list(self._prompts.items()):
+            body = state.get("body")
+            left = int(state.get("deadline", now) - now)
+            if body is None or left < 1:
+                continue
+            try:
+                await self._command(dict(body, ttl=left))
+                logger.info("[mobile] card %s opened again on %s", _printable(pid),
+                            _printable(device_for(state["chat_id"])))
+            except LinkError as exc:
+                if exc.code != "duplicate_prompt":
+                    logger.warning("[mobile] card %s could not be opened again: %s", _printable(pid), exc)
+            except (NotConnected, asyncio.TimeoutError):
+                return
+
+    def _claim_approval(self, session_key: str, command: str) -> Any:
+        """The entry in Hermes' approval queue this card answers.
+
+        Hermes resolves approvals oldest first (resolve_gateway_approval), so an answer
+        to a card whose command was already stopped would approve the next, different
+        command. Keeping the entry lets the answer resolve exactly its own command, or
+        none. Hermes queues the entry before it asks for the card, and waits for the
+        card to be sent, so the newest entry not claimed by another card is this one
+        (one with the same command is preferred when there are several).
+        """
+        try:
+            from tools import approval
+
+            with approval._lock:
+                queue = list(approval._gateway_queues.get(session_key) or [])
+        except Exception:
+            return None
+        claimed = [s.get("entry") for s in self._prompts.values() if s.get("entry") is not None]
+        free = [e for e in queue if not any(e is c for c in claimed)]
+        for entry in reversed(free):
+            if str((getattr(entry, "data", None) or {}).get("command", "")) == command:
+                return entry
+        return free[-1] if free else None
 
     async def send_exec_approval(
         self,
@@ -840,7 +975,14 @@ class MobileAdapter(BasePlatformAdapter):
             "t": "open_prompt", "device": device_for(chat_id), "prompt": pid, "kind": "exec_approval",
             "command": self._clip(command or ""), "description": self._clip(desc), "options": options, "ttl": ttl,
         }
-        return await self._open_prompt(body, {"kind": "exec_approval", "session_key": session_key, "chat_id": chat_id})
+        self._prune_prompts()
+        entry = self._claim_approval(session_key, command or "")
+        if entry is None:
+            logger.warning("[mobile] could not find Hermes' queued approval for this card; "
+                           "its answer will resolve the session's oldest approval")
+        return await self._open_prompt(
+            body, {"kind": "exec_approval", "session_key": session_key, "chat_id": chat_id, "entry": entry}
+        )
 
     async def send_clarify(
         self,
@@ -895,42 +1037,53 @@ class MobileAdapter(BasePlatformAdapter):
         )
 
     async def _on_prompt_answered(self, ev: Dict[str, Any]) -> None:
-        state = self._prompts.pop(str(ev.get("prompt")), None)
+        pid = str(ev.get("prompt"))
+        state = self._prompts.pop(pid, None)
+        if state is not None and self._still_waiting(state) is False:
+            state = None
         if state is None:
-            # Cards outlive Hermes (the gateway queues the answer), Hermes' waits do not.
-            logger.info("[mobile] answer to a card this process did not open (%s)", ev.get("prompt"))
+            # Hermes no longer waits: it was stopped, timed out, or restarted (cards
+            # outlive Hermes: the gateway keeps them and queues their answers).
+            logger.info("[mobile] answer to card %s, which Hermes no longer waits for", _printable(pid))
             if ev.get("device"):
                 await self.send(chat_id_for(str(ev["device"])),
-                                "That card belongs to an earlier run of Hermes and can no longer be answered; "
-                                "please ask again.")
+                                "That card is no longer waiting for an answer (the request was stopped, "
+                                "timed out, or Hermes restarted), so nothing was done. Please ask again.")
             return
         await self._resolve(state, str(ev.get("option") or ""), ev.get("label"), ev.get("text"))
 
     async def _on_prompt_expired(self, ev: Dict[str, Any]) -> None:
         state = self._prompts.pop(str(ev.get("prompt")), None)
-        if state is None:
+        if state is None or self._still_waiting(state) is False:
             return
         kind = state["kind"]
         if kind == "exec_approval":
-            await self._resolve(state, "deny", None, None, only_if_waiting=True)
+            await self._resolve(state, "deny", None, None, expired=True)
         elif kind == "slash_confirm":
             await self._resolve(state, "cancel", None, None)
         # clarify: Hermes' own clarify timeout (the card's ttl) ends the wait.
 
-    async def _resolve(self, state, option, label, text, only_if_waiting: bool = False) -> None:
+    async def _resolve(self, state, option, label, text, expired: bool = False) -> None:
         kind = state["kind"]
         chat_id = state["chat_id"]
         if kind == "exec_approval":
-            from tools.approval import has_blocking_approval, resolve_gateway_approval
-
             if option not in ("once", "session", "always", "deny"):
                 option = "deny"
-            if only_if_waiting and not has_blocking_approval(state["session_key"]):
-                return
-            count = resolve_gateway_approval(state["session_key"], option)
-            logger.info("[mobile] approval %s for %s resolved %d waiting command(s)", option, chat_id, count)
+            entry = state.get("entry")
+            if entry is not None:
+                count = 1 if _resolve_approval_entry(state["session_key"], entry, option) else 0
+            else:
+                from tools.approval import has_blocking_approval, resolve_gateway_approval
+
+                if expired and not has_blocking_approval(state["session_key"]):
+                    return
+                count = resolve_gateway_approval(state["session_key"], option)
+            logger.info("[mobile] approval %s%s for %s resolved %d waiting command(s)", option,
+                        " (the card expired)" if expired else "", _printable(device_for(chat_id)), count)
             if count:
                 self.resume_typing_for_chat(chat_id)
+            elif not expired:
+                await self.send(chat_id, "That approval is no longer pending, so nothing was run.")
         elif kind == "clarify":
             from tools.clarify_gateway import resolve_gateway_clarify
 
@@ -963,6 +1116,82 @@ class MobileAdapter(BasePlatformAdapter):
             self._aliased.add(device)
             self._spawn(asyncio.to_thread(_name_chat, device))
 
+    def _enqueue_message(self, ev: Dict[str, Any]) -> None:
+        device = str(ev.get("device") or "")
+        if not device:
+            return
+        self._inbox.setdefault(device, collections.deque()).append(ev)
+        if device not in self._inbox_tasks:
+            task = asyncio.create_task(self._drain_inbox(device))
+            self._inbox_tasks[device] = task
+            self._tasks.add(task)
+            task.add_done_callback(self._task_done)
+
+    async def _drain_inbox(self, device: str) -> None:
+        """Hand one device's messages to Hermes one by one, in arrival order.
+
+        Each message was its own task before, and a message with a file (saved in a
+        thread) could overtake the text after it. handle_message returns as soon as
+        Hermes has taken the message (the turn runs in its own task), so waiting for it
+        costs nothing.
+        """
+        try:
+            await self._until_registered()
+            queue = self._inbox.get(device)
+            while queue:
+                ev = queue.popleft()
+                try:
+                    await self._on_message(ev)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("[mobile] a message from %s could not be handed to Hermes",
+                                     _printable(device))
+                    continue
+                if queue:
+                    await self._until_turn_ends(device, queue)
+        finally:
+            self._inbox_tasks.pop(device, None)
+            if not self._inbox.get(device):
+                self._inbox.pop(device, None)
+
+    async def _until_turn_ends(self, device: str, queue: "collections.deque[Dict[str, Any]]") -> None:
+        """Before the next of several waiting messages, let the turn of this one end.
+
+        Messages pile up here only as a backlog: those the gateway kept while Hermes
+        was away, handed over together when it is back. Hermes treats a message that
+        arrives during a turn as an interruption and may answer a later one first; the
+        user wrote them in order and expects them answered in order. A slash command
+        (/stop, /new) is not held back.
+        """
+        chat_id = chat_id_for(device)
+        seq = self._handed.get(chat_id, 0)
+        deadline = time.monotonic() + BACKLOG_TURN_WAIT
+        while self._ended.get(chat_id, 0) < seq and time.monotonic() < deadline:
+            if queue and str(queue[0].get("text") or "").startswith("/"):
+                return
+            await asyncio.sleep(0.1)
+
+    async def _until_registered(self) -> None:
+        """Wait until Hermes lists this adapter as its `mobile` platform.
+
+        The gateway hands over messages queued while Hermes was away as soon as the link
+        is up, which is inside connect(); Hermes adds the adapter to its table only
+        after connect() returns, and until then its authorization check cannot see that
+        this platform authorizes upstream, so it would refuse the user.
+        """
+        deadline = time.monotonic() + REGISTER_WAIT
+        while True:
+            runner = getattr(getattr(self, "_message_handler", None), "__self__", None)
+            adapters = getattr(runner, "adapters", None)
+            if not isinstance(adapters, dict) or adapters.get(self.platform) is self:
+                return
+            if time.monotonic() > deadline:
+                logger.warning("[mobile] Hermes has not registered the mobile adapter after %.0f s; "
+                               "handing messages over anyway", REGISTER_WAIT)
+                return
+            await asyncio.sleep(0.05)
+
     async def _on_message(self, ev: Dict[str, Any]) -> None:
         device = str(ev.get("device") or "")
         if not device:
@@ -985,13 +1214,14 @@ class MobileAdapter(BasePlatformAdapter):
             name = _safe_name(file.get("name") or "file")
             mime = str(file.get("mime") or _guess_mime(name) or "application/octet-stream")
             path = file.get("path")
+            why = None
             if not path and file.get("data"):
-                path = await asyncio.to_thread(_save_inline, device, name, str(file["data"]))
+                path, why = await asyncio.to_thread(_save_inline, device, name, str(file["data"]))
             if path:
                 media_urls.append(str(path))
                 media_types.append(mime)
             else:
-                err = file.get("error") or "it could not be saved"
+                err = file.get("error") or why or "it could not be saved"
                 note = f"[The user sent {name}, but the gateway could not pass it on: {err}]"
                 text = f"{text}\n\n{note}" if text else note
                 mtype = MessageType.TEXT
@@ -1025,22 +1255,66 @@ class MobileAdapter(BasePlatformAdapter):
         return {"name": info.get("name") or device, "type": "dm", "chat_id": chat_id}
 
 
-def _save_inline(device: str, name: str, data: str) -> Optional[str]:
-    """Keep a file the gateway sent inline (`inline:true`) where Hermes' tools can read it."""
+def _resolve_approval_entry(session_key: str, entry: Any, choice: str) -> bool:
+    """Resolve one queued approval, the way resolve_gateway_approval resolves the oldest.
+
+    False when Hermes no longer waits for it (stopped, timed out, answered).
+    """
+    from tools import approval
+
+    with approval._lock:
+        queue = approval._gateway_queues.get(session_key) or []
+        if not any(e is entry for e in queue):
+            return False
+        queue[:] = [e for e in queue if e is not entry]
+        if not queue:
+            approval._gateway_queues.pop(session_key, None)
+    entry.result = choice
+    entry.event.set()
+    return True
+
+
+def _save_inline(device: str, name: str, data: str) -> Tuple[Optional[str], Optional[str]]:
+    """Keep a file the gateway sent inline (`inline:true`) where Hermes' tools can read it.
+
+    Returns (path, None) or (None, why): the user is told when a file could not be kept.
+    The folder is pruned on the way (older than a week, or beyond 200 files), so a
+    long-running Hermes does not fill the disk with uploads.
+    """
     try:
         raw = base64.b64decode(data, validate=True)
     except Exception:
-        return None
+        return None, "its data was not valid base64"
     try:
-        from hermes_constants import get_hermes_home
-    except Exception:
-        from hermes_cli.config import get_hermes_home
-    folder = Path(get_hermes_home()) / "cache" / "mobile"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{int(time.time() * 1000)}-{_safe_name(device)}-{name}"
-    path.write_bytes(raw)
-    os.chmod(path, 0o600)
-    return str(path)
+        try:
+            from hermes_constants import get_hermes_home
+        except Exception:
+            from hermes_cli.config import get_hermes_home
+        folder = Path(get_hermes_home()) / "cache" / "mobile"
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _prune_inline(folder)
+        path = folder / f"{int(time.time() * 1000)}-{secrets.token_hex(3)}-{_safe_name(device)[:40]}-{name}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        return str(path), None
+    except OSError as exc:
+        logger.warning("[mobile] could not keep an inline upload from %s: %s", _printable(device), exc)
+        return None, f"it could not be saved ({exc.strerror or exc})"
+
+
+def _prune_inline(folder: Path) -> None:
+    try:
+        files = sorted((p for p in folder.iterdir() if p.is_file()), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    cutoff = time.time() - INLINE_KEEP_SECS
+    for i, p in enumerate(files):
+        try:
+            if i < len(files) - INLINE_KEEP_FILES or p.stat().st_mtime < cutoff:
+                p.unlink()
+        except OSError:
+            pass
 
 
 def _name_chat(device: str) -> None:
@@ -1071,7 +1345,7 @@ def _name_chat(device: str) -> None:
         data[PLATFORM_NAME] = ours
         atomic_json_write(CHANNEL_ALIASES_PATH, data)
     except Exception:
-        logger.debug("[mobile] could not name %s in channel_aliases.json", device, exc_info=True)
+        logger.debug("[mobile] could not name %s in channel_aliases.json", _printable(device), exc_info=True)
 
 
 # ---------------------------------------------------------------------------
@@ -1181,6 +1455,10 @@ async def _await_ref(transport, ref: str) -> Dict[str, Any]:
 
 
 def register(ctx) -> None:
+    # Cron reads the platform's home channel from this variable when it delivers, in
+    # whatever process runs the job (`hermes cron run` too, where no adapter exists):
+    # without it `deliver: mobile` would fail there. The owner's own value wins.
+    os.environ.setdefault(HOME_ENV, HOME_CHAT_ID)
     ctx.register_platform(
         name=PLATFORM_NAME,
         label="Mobile",
