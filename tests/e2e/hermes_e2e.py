@@ -656,12 +656,24 @@ async def check_queued_in_order(w, phone):
         return None
 
     text = await w.until(seen, TURN, "a model request with all three queued messages")
+    users = text.split("\n")
+    for word in words:
+        own = [u for u in users if word in u]
+        assert len(own) == 1 and not any(other in own[0] for other in words if other != word), \
+            f"{word} is not in a user message of its own: {own}"
     where = [text.index(word) for word in words]
     assert where == sorted(where), f"queued messages reached the model out of order: {where}\n{text[-1500:]}"
+    answers = await phone.wait_for(
+        lambda: (lambda a: a if len(a) >= 3 else None)(
+            [m["text"] for _, m in phone.final_messages_since(mark) if "Echo: queued-" in m["text"]]),
+        TURN, "three answers")
     await phone.wait_for(phone.turn_over, TURN, "the queued turns to end")
-    away = [m for _, m in phone.final_messages_since(mark) if "not connected" in m["text"]]
+    texts = [m["text"] for _, m in phone.final_messages_since(mark)]
+    assert not any("Interrupting" in t for t in texts), f"Hermes took the backlog as interruptions: {texts}"
+    assert [a.split("Echo: ")[1].split(" ")[0] for a in answers] == words, f"answers out of order: {answers}"
+    away = [t for t in texts if "not connected" in t]
     assert len(away) == 1, f"{len(away)} away notices"
-    return "three messages in order; one away notice"
+    return "three messages, three answers, in order, no interruption; one away notice"
 
 
 async def check_card_survives_gateway_restart(w, phone):

@@ -75,6 +75,11 @@ IDLE_TURN_GRACE = 3.0
 REGISTER_WAIT = 30.0
 # The longest a backlog message waits for the turn of the one before it to end.
 BACKLOG_TURN_WAIT = 300.0
+# Messages that arrive this soon after `welcome` are the gateway's backlog (it hands
+# over what it kept right after the handshake); later ones are live.
+BACKLOG_WINDOW = 1.0
+# Commands that must reach Hermes at once, never held behind a backlog turn.
+URGENT_COMMANDS = {"stop", "approve", "deny", "cancel", "abort"}
 # A card's state is kept this long past its expiry when Hermes cannot tell us whether
 # it still waits (so a late answer can still be told apart from an unknown card).
 PROMPT_GRACE = 60.0
@@ -409,6 +414,7 @@ class MobileAdapter(BasePlatformAdapter):
         # one at a time per device, so Hermes sees them in the order the phone sent.
         self._inbox: Dict[str, "collections.deque[Dict[str, Any]]"] = {}
         self._inbox_tasks: Dict[str, asyncio.Task] = {}
+        self._linked_at = 0.0
         self._ensure_home_channel()
 
     # -- Hermes properties ---------------------------------------------------
@@ -467,6 +473,11 @@ class MobileAdapter(BasePlatformAdapter):
                 pass
         for task in list(self._tasks):
             task.cancel()
+        dropped = sum(len(q) for q in self._inbox.values())
+        if dropped:
+            logger.warning("[mobile] shutting down with %d message(s) not yet handed to Hermes; "
+                           "they are lost (the gateway counted them delivered)", dropped)
+        self._inbox.clear()
         self._running = False
 
     async def _run_link(self) -> None:
@@ -500,6 +511,7 @@ class MobileAdapter(BasePlatformAdapter):
 
             failures = 0
             linked_at = time.monotonic()
+            self._linked_at = linked_at
             self._on_welcome(welcome)
             self._transport = transport
             self._ready.set()
@@ -577,7 +589,11 @@ class MobileAdapter(BasePlatformAdapter):
                 self._spawn(self._on_prompt_expired(obj))
             elif t == "device_online":
                 if obj.get("device"):
-                    self._remember_device(str(obj["device"]), obj.get("name"), obj.get("user"))
+                    device = str(obj["device"])
+                    self._remember_device(device, obj.get("name"), obj.get("user"))
+                    if any(st.get("unsent") and st.get("body", {}).get("device") == device
+                           for st in self._prompts.values()):
+                        self._spawn(self._reopen_cards(device))
             elif t in ("device_offline", "typing", "ok", "welcome"):
                 pass
             else:
@@ -892,7 +908,7 @@ class MobileAdapter(BasePlatformAdapter):
             if waiting is False or (waiting is None and now > state.get("deadline", now) + PROMPT_GRACE):
                 self._prompts.pop(pid, None)
 
-    async def _reopen_cards(self) -> None:
+    async def _reopen_cards(self, only_device: Optional[str] = None) -> None:
         """Open again every card Hermes still waits for, after a (re)connect.
 
         A gateway that restarted has forgotten its cards while Hermes' waits go on; the
@@ -906,25 +922,37 @@ class MobileAdapter(BasePlatformAdapter):
             left = int(state.get("deadline", now) - now)
             if body is None or left < 1:
                 continue
+            if only_device is not None and body.get("device") != only_device:
+                continue
             try:
                 await self._command(dict(body, ttl=left))
+                state.pop("unsent", None)
                 logger.info("[mobile] card %s opened again on %s", _printable(pid),
                             _printable(device_for(state["chat_id"])))
             except LinkError as exc:
-                if exc.code != "duplicate_prompt":
+                if exc.code == "duplicate_prompt":
+                    state.pop("unsent", None)
+                else:
+                    # Tried again when the device comes online or the link is back.
+                    state["unsent"] = True
                     logger.warning("[mobile] card %s could not be opened again: %s", _printable(pid), exc)
             except (NotConnected, asyncio.TimeoutError):
                 return
 
-    def _claim_approval(self, session_key: str, command: str) -> Any:
+    def _claim_approval(self, session_key: str, command: str, description: str) -> Any:
         """The entry in Hermes' approval queue this card answers.
 
         Hermes resolves approvals oldest first (resolve_gateway_approval), so an answer
         to a card whose command was already stopped would approve the next, different
         command. Keeping the entry lets the answer resolve exactly its own command, or
-        none. Hermes queues the entry before it asks for the card, and waits for the
-        card to be sent, so the newest entry not claimed by another card is this one
-        (one with the same command is preferred when there are several).
+        none. Hermes queues the entry before it asks for the card and waits for the card
+        to be sent. The entry is matched by its command as the card shows it (Hermes
+        redacts secrets for the card, _redact_approval_command) and its description;
+        with several unmatched entries the oldest is taken, as Hermes would.
+
+        Returns None when Hermes' internals cannot be read (the answer then falls back
+        to resolve_gateway_approval), or GONE when the queue holds nothing for this card
+        (the request was stopped before its card went out).
         """
         try:
             from tools import approval
@@ -933,12 +961,31 @@ class MobileAdapter(BasePlatformAdapter):
                 queue = list(approval._gateway_queues.get(session_key) or [])
         except Exception:
             return None
+        try:
+            from gateway.run import _redact_approval_command as shown
+        except Exception:
+            def shown(cmd):
+                return cmd
         claimed = [s.get("entry") for s in self._prompts.values() if s.get("entry") is not None]
         free = [e for e in queue if not any(e is c for c in claimed)]
-        for entry in reversed(free):
-            if str((getattr(entry, "data", None) or {}).get("command", "")) == command:
+        if not free:
+            return GONE
+
+        def data(entry):
+            return getattr(entry, "data", None) or {}
+
+        for entry in free:
+            d = data(entry)
+            raw = str(d.get("command", ""))
+            if command in (raw, _safe_call(shown, raw)) and str(d.get("description", description)) == description:
                 return entry
-        return free[-1] if free else None
+        for entry in free:
+            raw = str(data(entry).get("command", ""))
+            if command in (raw, _safe_call(shown, raw)):
+                return entry
+        if len(free) > 1:
+            logger.warning("[mobile] no queued approval matches this card's command; taking the oldest")
+        return free[0]
 
     async def send_exec_approval(
         self,
@@ -976,10 +1023,14 @@ class MobileAdapter(BasePlatformAdapter):
             "command": self._clip(command or ""), "description": self._clip(desc), "options": options, "ttl": ttl,
         }
         self._prune_prompts()
-        entry = self._claim_approval(session_key, command or "")
+        entry = self._claim_approval(session_key, command or "", str(description or ""))
+        if entry is GONE:
+            # Stopped before its card went out: nothing to ask.
+            logger.info("[mobile] approval for %s no longer pending; no card opened", _printable(device_for(chat_id)))
+            return SendResult(success=True, message_id=None)
         if entry is None:
-            logger.warning("[mobile] could not find Hermes' queued approval for this card; "
-                           "its answer will resolve the session's oldest approval")
+            logger.warning("[mobile] cannot read Hermes' approval queue; this card's answer will "
+                           "resolve the session's oldest approval")
         return await self._open_prompt(
             body, {"kind": "exec_approval", "session_key": session_key, "chat_id": chat_id, "entry": entry}
         )
@@ -1120,12 +1171,16 @@ class MobileAdapter(BasePlatformAdapter):
         device = str(ev.get("device") or "")
         if not device:
             return
-        self._inbox.setdefault(device, collections.deque()).append(ev)
+        backlog = time.monotonic() - self._linked_at < BACKLOG_WINDOW
+        self._inbox.setdefault(device, collections.deque()).append((ev, backlog))
         if device not in self._inbox_tasks:
             task = asyncio.create_task(self._drain_inbox(device))
             self._inbox_tasks[device] = task
             self._tasks.add(task)
             task.add_done_callback(self._task_done)
+            # Also when the task is cancelled before it ran at all (disconnect): a
+            # stale entry would leave this device's later messages queued for good.
+            task.add_done_callback(lambda t, d=device: self._inbox_tasks.get(d) is t and self._inbox_tasks.pop(d))
 
     async def _drain_inbox(self, device: str) -> None:
         """Hand one device's messages to Hermes one by one, in arrival order.
@@ -1139,7 +1194,7 @@ class MobileAdapter(BasePlatformAdapter):
             await self._until_registered()
             queue = self._inbox.get(device)
             while queue:
-                ev = queue.popleft()
+                ev, backlog = queue.popleft()
                 try:
                     await self._on_message(ev)
                 except asyncio.CancelledError:
@@ -1148,29 +1203,49 @@ class MobileAdapter(BasePlatformAdapter):
                     logger.exception("[mobile] a message from %s could not be handed to Hermes",
                                      _printable(device))
                     continue
-                if queue:
+                if backlog and queue and queue[0][1]:
                     await self._until_turn_ends(device, queue)
         finally:
-            self._inbox_tasks.pop(device, None)
+            if self._inbox_tasks.get(device) is asyncio.current_task():
+                self._inbox_tasks.pop(device, None)
             if not self._inbox.get(device):
                 self._inbox.pop(device, None)
 
-    async def _until_turn_ends(self, device: str, queue: "collections.deque[Dict[str, Any]]") -> None:
-        """Before the next of several waiting messages, let the turn of this one end.
+    async def _until_turn_ends(self, device: str, queue: "collections.deque") -> None:
+        """Before the next message of a backlog, let the turn of the one before end.
 
-        Messages pile up here only as a backlog: those the gateway kept while Hermes
-        was away, handed over together when it is back. Hermes treats a message that
-        arrives during a turn as an interruption and may answer a later one first; the
-        user wrote them in order and expects them answered in order. A slash command
-        (/stop, /new) is not held back.
+        The gateway keeps what a phone sends while Hermes is away and hands it all over
+        right after `welcome`. Hermes treats a message that arrives during a turn as an
+        interruption ("⚡ Interrupting current task") and may answer a later one first;
+        the user wrote them in order and expects them answered in order. Live messages
+        are never held. The hold ends at once when Hermes asks the user something
+        (an approval or a clarify question: the next message may be the answer), or
+        when a `/stop`, `/approve` or `/deny` waits anywhere behind.
         """
         chat_id = chat_id_for(device)
         seq = self._handed.get(chat_id, 0)
+        session_key = None
         deadline = time.monotonic() + BACKLOG_TURN_WAIT
         while self._ended.get(chat_id, 0) < seq and time.monotonic() < deadline:
-            if queue and str(queue[0].get("text") or "").startswith("/"):
+            if any(_is_urgent(str(ev.get("text") or "")) for ev, _ in queue):
+                return
+            session_key = session_key or self._session_key_for(chat_id)
+            if session_key and _hermes_asks(session_key):
                 return
             await asyncio.sleep(0.1)
+
+    def _session_key_for(self, chat_id: str) -> Optional[str]:
+        """The Hermes session key of a chat (the cards we opened for it know it)."""
+        for state in self._prompts.values():
+            if state.get("chat_id") == chat_id:
+                return state.get("session_key")
+        try:
+            source = self.build_source(chat_id=chat_id, chat_type="dm")
+            from gateway.session import build_session_key
+
+            return build_session_key(source)
+        except Exception:
+            return None
 
     async def _until_registered(self) -> None:
         """Wait until Hermes lists this adapter as its `mobile` platform.
@@ -1184,7 +1259,10 @@ class MobileAdapter(BasePlatformAdapter):
         while True:
             runner = getattr(getattr(self, "_message_handler", None), "__self__", None)
             adapters = getattr(runner, "adapters", None)
-            if not isinstance(adapters, dict) or adapters.get(self.platform) is self:
+            # While Hermes restores its state at start-up it holds every message and
+            # replays them all at once afterwards, as interruptions of each other.
+            restoring = bool(getattr(runner, "_startup_restore_in_progress", False))
+            if not restoring and (not isinstance(adapters, dict) or adapters.get(self.platform) is self):
                 return
             if time.monotonic() > deadline:
                 logger.warning("[mobile] Hermes has not registered the mobile adapter after %.0f s; "
@@ -1255,6 +1333,38 @@ class MobileAdapter(BasePlatformAdapter):
         return {"name": info.get("name") or device, "type": "dm", "chat_id": chat_id}
 
 
+class _Gone:
+    """Marker: Hermes no longer waits for the approval a card was about to ask."""
+
+
+GONE = _Gone()
+
+
+def _safe_call(fn, value):
+    try:
+        return fn(value)
+    except Exception:
+        return value
+
+
+def _is_urgent(text: str) -> bool:
+    """`/stop`, `/approve`, `/deny`…: a command (not a path like /home/x) to act on now."""
+    m = re.match(r"^/([A-Za-z_]+)(?:@\S+)?(?:\s|$)", text.strip())
+    return bool(m) and m.group(1).lower() in URGENT_COMMANDS
+
+
+def _hermes_asks(session_key: str) -> bool:
+    """Whether Hermes waits for the user in this session (an approval or a clarify)."""
+    try:
+        from tools import approval, clarify_gateway
+
+        if approval.has_blocking_approval(session_key):
+            return True
+        return clarify_gateway.get_pending_for_session(session_key, include_choice_prompts=True) is not None
+    except Exception:
+        return False
+
+
 def _resolve_approval_entry(session_key: str, entry: Any, choice: str) -> bool:
     """Resolve one queued approval, the way resolve_gateway_approval resolves the oldest.
 
@@ -1264,13 +1374,15 @@ def _resolve_approval_entry(session_key: str, entry: Any, choice: str) -> bool:
 
     with approval._lock:
         queue = approval._gateway_queues.get(session_key) or []
-        if not any(e is entry for e in queue):
+        # An interrupt (/stop) sets result "deny" and the event before it drops the
+        # entry; an answer in that gap must not turn the deny into an approval.
+        if not any(e is entry for e in queue) or entry.event.is_set() or entry.result is not None:
             return False
         queue[:] = [e for e in queue if e is not entry]
         if not queue:
             approval._gateway_queues.pop(session_key, None)
-    entry.result = choice
-    entry.event.set()
+        entry.result = choice
+        entry.event.set()
     return True
 
 
@@ -1293,7 +1405,8 @@ def _save_inline(device: str, name: str, data: str) -> Tuple[Optional[str], Opti
         folder = Path(get_hermes_home()) / "cache" / "mobile"
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         _prune_inline(folder)
-        path = folder / f"{int(time.time() * 1000)}-{secrets.token_hex(3)}-{_safe_name(device)[:40]}-{name}"
+        who = _safe_name(device).encode("utf-8")[:40].decode("utf-8", "ignore")
+        path = folder / f"{int(time.time() * 1000)}-{secrets.token_hex(3)}-{who}-{name}"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
