@@ -65,6 +65,18 @@ pub const SETTINGS: &[Setting] = &[
         help: "URL sent as ready.avatar_url",
     },
     Setting {
+        flag: "--web",
+        env: "MOBILE_WEB",
+        default: "on",
+        help: "serve the web client at / and /avatar/ (on|off; --no-web is --web off)",
+    },
+    Setting {
+        flag: "--web-dir",
+        env: "MOBILE_WEB_DIR",
+        default: "",
+        help: "for working on the web client: read its files from this folder (a checkout's web/) at start-up instead of the built-in copies",
+    },
+    Setting {
         flag: "--prompt-ttl",
         env: "MOBILE_PROMPT_TTL",
         default: "300",
@@ -168,6 +180,16 @@ pub struct ServerConfig {
     pub max_queue_bytes: usize,
     /// Frames queued for all clients together (half the memory budget, L36).
     pub max_outbox_total: usize,
+    /// The web client's files; `None` with `MOBILE_WEB=off` (issue 10).
+    pub web: Option<crate::web::Web>,
+    /// `MOBILE_WEB_DIR`, when the files were read from there.
+    pub web_dir: Option<String>,
+}
+
+impl ServerConfig {
+    pub fn web_dir(&self) -> Option<&str> {
+        self.web_dir.as_deref()
+    }
 }
 
 /// `demo`, `exec:<command line>`, `link` or `link:<socket path>`.
@@ -280,6 +302,11 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
+        if arg == "--no-web" {
+            values.insert("--web", "off".into());
+            i += 1;
+            continue;
+        }
         let (flag, inline) = match arg.split_once('=') {
             Some((f, v)) => (f, Some(v.to_owned())),
             None => (arg.as_str(), None),
@@ -367,7 +394,21 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         Some(v) => number::<usize>("MOBILE_MAX_CONNECTIONS", v)?.max(1),
         None => 1024,
     };
+    let web = match get("--web").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+        None | Some("" | "on" | "1" | "true" | "yes") => Some(match get("--web-dir").map(str::trim) {
+            Some(dir) if !dir.is_empty() => crate::web::Web::from_dir(std::path::Path::new(dir))?,
+            _ => crate::web::Web::embedded(),
+        }),
+        Some("off" | "0" | "false" | "no") => None,
+        Some(other) => return Err(format!("MOBILE_WEB must be on or off, got {other:?}")),
+    };
+    let web_dir = get("--web-dir")
+        .map(str::trim)
+        .filter(|d| !d.is_empty() && web.is_some())
+        .map(str::to_owned);
     Ok(ServerConfig {
+        web,
+        web_dir,
         core,
         host: get("--host").unwrap_or("0.0.0.0").trim().to_owned(),
         port,
@@ -405,6 +446,8 @@ pub fn help() -> String {
         "                                     deliver a message to a phone, as cron would (`hermes-mobile send --help`)\n",
         "  hermes-mobile token [--state-dir DIR] [--env-file PATH]\n",
         "                                     print the app token in use, for pairing a phone\n",
+        "  hermes-mobile pair [--state-dir DIR] [--env-file PATH]\n",
+        "                                     print where to open the web chat, its pairing link and a QR code\n",
         "  hermes-mobile hermes install [--hermes-home DIR] [--socket PATH]\n",
         "                                     install the Hermes plugin `mobile` and print its config (docs/hermes.md)\n",
         "  hermes-mobile --help | --version\n\n",

@@ -20,6 +20,8 @@ pub enum Route {
     },
     /// `GET /healthz`.
     Health,
+    /// `GET` or `HEAD` of any other path: the web client's files, or 404 (issue 10).
+    Asset(crate::web::AssetRequest),
     /// Anything else: a complete response to send before closing.
     Reply(Vec<u8>),
 }
@@ -95,6 +97,14 @@ pub fn parse(buf: &[u8]) -> Head {
         ("GET", "/ws") => upgrade(req.headers, false),
         ("GET", "/agent") => upgrade(req.headers, true),
         ("GET", "/healthz") => Route::Health,
+        ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
+            path: path.clone(),
+            head_only: method == "HEAD",
+            if_none_match: header(req.headers, "if-none-match")
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_owned),
+            host: header(req.headers, "host").and_then(crate::web::clean_host),
+        }),
         _ => Route::Reply(text("404 Not Found", "not found")),
     };
     complete(route, len, &path)
@@ -214,7 +224,10 @@ mod tests {
     fn plain_routes() {
         assert!(status(&route("GET /ws HTTP/1.1\r\nHost: x\r\n\r\n")).starts_with("HTTP/1.1 426"));
         assert_eq!(route("GET /healthz HTTP/1.1\r\n\r\n"), Route::Health);
-        assert!(status(&route("GET /other HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
+        assert!(matches!(route("GET /other HTTP/1.1\r\n\r\n"), Route::Asset(a) if a.path == "/other" && !a.head_only));
+        assert!(matches!(route("HEAD /?x=1 HTTP/1.1\r\nIf-None-Match: \"e\"\r\n\r\n"),
+            Route::Asset(a) if a.path == "/" && a.head_only && a.if_none_match.as_deref() == Some("\"e\"")));
+        assert!(status(&route("DELETE / HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
         assert!(status(&route("POST /ws HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
         assert!(status(&route("\x01\x02 nonsense\r\n\r\n")).starts_with("HTTP/1.1 400"));
     }

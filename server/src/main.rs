@@ -8,10 +8,12 @@ mod fileio;
 mod hermes;
 mod http;
 mod memory;
+mod pair;
 mod send;
 mod server;
 mod signals;
 mod state;
+mod web;
 mod wheel;
 
 use std::collections::HashMap;
@@ -39,6 +41,7 @@ fn real_main() -> i32 {
             Err(e) => fail(e, send::EXIT_USAGE),
         },
         Some("token") => token(&env, &args[1..]),
+        Some("pair") => pair(&env, &args[1..]),
         Some("hermes") => hermes::run(&env, &args[1..]),
         Some("serve") => serve(&env, &args[1..]),
         _ => serve(&env, &args),
@@ -63,19 +66,44 @@ fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, Strin
 /// `hermes-mobile token`: the token in use, read from the service's settings file too, so
 /// that `sudo hermes-mobile token` on a Pi prints the token the service generated.
 fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let l = match env_file::layered(env, args, env_file::Unreadable::Fail) {
-        Ok(l) => l,
-        Err(e) => return fail(e, 2),
-    };
-    let mut config = match config::parse(&l.env, &l.args) {
+    match token_in_use(env, args) {
+        Ok(config) => {
+            println!("{}", config.core.token);
+            0
+        }
+        Err((e, code)) => fail(e, code),
+    }
+}
+
+/// `hermes-mobile pair`: where to open the chat, the pairing link and its QR code.
+fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    let config = match token_in_use(env, args) {
         Ok(c) => c,
-        Err(e) => return fail(e, 2),
+        Err((e, code)) => return fail(e, code),
     };
+    let port = if config.port == 0 { 8787 } else { config.port };
+    let p = pair::Pairing {
+        urls: pair::page_urls(&config.host, port, &pair::lan_addresses()),
+        token: Some(&config.core.token),
+        qr: true,
+        web: config.web.is_some(),
+    };
+    match pair::print(&mut std::io::stdout().lock(), &p) {
+        Ok(()) => 0,
+        Err(e) => fail(e, 1),
+    }
+}
+
+/// The configuration with the token the server uses (read, never created, when the
+/// service's settings file names the state directory).
+fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config::ServerConfig, (String, i32)> {
+    let l = env_file::layered(env, args, env_file::Unreadable::Fail).map_err(|e| (e.to_string(), 2))?;
+    let mut config = config::parse(&l.env, &l.args).map_err(|e| (e, 2))?;
     if let Some(file) = l.file.filter(|_| !config.token_given) {
         // Creating a token here would leave it owned by root, unreadable by the service.
         let path = config.state_dir.join("token");
         if !path.exists() {
-            return fail(
+            return Err((
                 format!(
                     "no token yet in {} (state directory from {}): start the service once \
                      (systemctl start hermes-mobile), then ask again",
@@ -83,16 +111,11 @@ fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
                     file.display()
                 ),
                 1,
-            );
+            ));
         }
     }
-    match resolve_token(&mut config) {
-        Ok(_) => {
-            println!("{}", config.core.token);
-            0
-        }
-        Err(e) => fail(e, 1),
-    }
+    resolve_token(&mut config).map_err(|e| (e, 1))?;
+    Ok(config)
 }
 
 fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
@@ -106,6 +129,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     if let Some(warning) = &config.log_warning {
         log::warn!("{warning}");
     }
+    let mut show_token = false;
     match resolve_token(&mut config) {
         Ok(TokenOrigin::Created(path)) if env.contains_key("INVOCATION_ID") => {
             // Under systemd stdout is the journal, which more people may read than the
@@ -122,6 +146,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
                 path.display(),
                 config.core.token
             );
+            show_token = true;
         }
         Ok(TokenOrigin::Stored(path)) => log::info!("using the app token kept in {}", path.display()),
         Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
@@ -148,10 +173,27 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) => return fail(format!("no random source: {e}"), 1),
     };
     let (host, port) = (config.host.clone(), config.port);
+    // L43: the token in the pairing link only when it was just created, as C3 shows it.
+    let token = show_token.then(|| config.core.token.clone());
+    let web = config.web.is_some();
+    match (&config.web, config.web_dir()) {
+        (Some(w), Some(dir)) => log::info!("web client: {} bytes read from {}", w.size(), dir),
+        (Some(w), None) => log::info!("web client: {} bytes built in, at / and /avatar/", w.size()),
+        (None, _) => log::info!("web client: off (MOBILE_WEB=off)"),
+    }
     let mut server = match server::Server::bind(config, seed) {
         Ok(s) => s,
         Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
     };
+    let pairing = pair::Pairing {
+        urls: pair::page_urls(&host, server.local_addr().port(), &pair::lan_addresses()),
+        token: token.as_deref(),
+        qr: token.is_some(),
+        web,
+    };
+    if let Err(e) = pair::print(&mut std::io::stdout().lock(), &pairing) {
+        log::warn!("could not print where to open the chat: {e}");
+    }
     log::info!(
         "listening on ws://{}/ws (agent: {})",
         server.local_addr(),

@@ -26,13 +26,8 @@ any text — echo: <text>
 /ttl <seconds> <command> — /approve with its own card lifetime
 Voice and files are answered too.";
 
-/// A 1×1 transparent PNG.
-pub const DEMO_PNG: &[u8] = &[
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52, 0x00, 0x00, 0x00,
-    0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4, 0x89, 0x00, 0x00, 0x00, 0x0A, 0x49,
-    0x44, 0x41, 0x54, 0x78, 0x9C, 0x63, 0x00, 0x01, 0x00, 0x00, 0x05, 0x00, 0x01, 0x0D, 0x0A, 0x2D, 0xB4, 0x00, 0x00,
-    0x00, 0x00, 0x49, 0x45, 0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
-];
+/// A 48×48 PNG (an "H" on a blue tile): small, and visible when a client shows it.
+pub const DEMO_PNG: &[u8] = include_bytes!("demo.png");
 
 /// What a card was about, for the reply to its answer.
 #[derive(Debug)]
@@ -56,6 +51,7 @@ struct Stream {
 #[derive(Debug)]
 pub struct DemoAgent {
     step: Duration,
+    run: String,
     counter: u64,
     cards: HashMap<PromptId, Card>,
     streams: Vec<Stream>,
@@ -63,9 +59,12 @@ pub struct DemoAgent {
 }
 
 impl DemoAgent {
-    pub fn new(step: Duration) -> DemoAgent {
+    /// `run` tells this start's ids from the last one's: a client that kept a finished
+    /// `demo-m1` must not see a new reply arrive under the same id after a restart.
+    pub fn new(step: Duration, run: u64) -> DemoAgent {
         DemoAgent {
             step,
+            run: format!("{:04x}", run & 0xffff),
             counter: 0,
             cards: HashMap::new(),
             streams: Vec::new(),
@@ -75,7 +74,7 @@ impl DemoAgent {
 
     fn next_id(&mut self, prefix: &str) -> String {
         self.counter += 1;
-        format!("demo-{prefix}{}", self.counter)
+        format!("demo-{}-{prefix}{}", self.run, self.counter)
     }
 
     /// One whole message, then the end of the turn.
@@ -413,7 +412,7 @@ mod tests {
     #[test]
     fn a_stream_the_gateway_refused_stops_and_the_user_hears_why() {
         // issue 8 #3: refused streams must not keep stepping, copying their text.
-        let mut agent = DemoAgent::new(Duration::from_millis(100));
+        let mut agent = DemoAgent::new(Duration::from_millis(100), 0);
         let cmds = text(&mut agent, Time::ZERO, "/stream a b c d");
         let Some(AgentCommand::Reply { device, message, .. }) = cmds.first().cloned() else {
             panic!("{cmds:?}")
@@ -434,7 +433,7 @@ mod tests {
 
     #[test]
     fn a_card_the_gateway_refused_is_forgotten() {
-        let mut agent = DemoAgent::new(Duration::from_millis(100));
+        let mut agent = DemoAgent::new(Duration::from_millis(100), 0);
         let cmds = text(&mut agent, Time::ZERO, "/confirm x");
         let Some(AgentCommand::OpenPrompt { device, prompt, .. }) = cmds.first().cloned() else {
             panic!("{cmds:?}")
@@ -449,7 +448,7 @@ mod tests {
 
     #[test]
     fn echo_and_errors() {
-        let mut a = DemoAgent::new(Duration::from_millis(100));
+        let mut a = DemoAgent::new(Duration::from_millis(100), 0);
         assert_eq!(
             reply_text(&text(&mut a, Time::ZERO, "hi there")),
             [("echo: hi there".to_owned(), true)]
@@ -462,7 +461,7 @@ mod tests {
 
     #[test]
     fn long_is_exactly_n_characters_of_digit_lines() {
-        let mut a = DemoAgent::new(Duration::from_millis(100));
+        let mut a = DemoAgent::new(Duration::from_millis(100), 0);
         let r = reply_text(&text(&mut a, Time::ZERO, "/long 25"));
         assert_eq!(r[0].0, "0123456789\n0123456789\n012");
         let r = reply_text(&text(&mut a, Time::ZERO, "/long 100000"));
@@ -471,7 +470,7 @@ mod tests {
 
     #[test]
     fn stream_adds_a_word_per_step() {
-        let mut a = DemoAgent::new(Duration::from_millis(100));
+        let mut a = DemoAgent::new(Duration::from_millis(100), 0);
         let first = reply_text(&text(&mut a, Time::ZERO, "/stream one two  three"));
         assert_eq!(first, [("one".to_owned(), false)]);
         assert_eq!(a.poll_timeout(), Some(Time::from_millis(100)));

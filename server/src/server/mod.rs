@@ -145,7 +145,7 @@ impl Server {
             Box::new(LinkAgent::new(link))
         };
         let agent: Box<dyn Agent> = match &config.agent {
-            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step)),
+            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step, seed.rotate_left(17))),
             AgentKind::Exec(command) => {
                 agent_io.set_command(command.clone());
                 link()
@@ -445,6 +445,13 @@ impl Server {
                     None,
                 )
             }
+            Route::Asset(req) => match &self.config.web {
+                Some(web) => (web.respond(&req), None),
+                None => (
+                    http::response("404 Not Found", "text/plain; charset=utf-8", "not found\n", ""),
+                    None,
+                ),
+            },
             Route::Reply(bytes) => (bytes, None),
         };
         let status = String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned();

@@ -24,7 +24,7 @@ pub struct Server {
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
-fn temp_dir(tag: &str) -> PathBuf {
+pub fn temp_dir(tag: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let dir = std::env::temp_dir().join(format!("hm-test-{tag}-{}-{n}", std::process::id()));
