@@ -1,0 +1,890 @@
+// The chat app served at `/`. Everything the agent or the server sends is put in the page
+// with textContent / attributes of our choosing; never as HTML.
+import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS, MAX_AUDIO_BYTES } from '/protocol.js';
+
+const $ = (id) => document.getElementById(id);
+const ui = {
+  pair: $('pair'), tokenInput: $('token-input'), pairError: $('pair-error'),
+  forget: $('forget-button'), status: $('status'), retry: $('retry-button'),
+  avatarState: $('avatar-state'), avatarFrame: $('avatar-frame'), typing: $('typing'), notice: $('notice'),
+  chat: $('chat'), messages: $('messages'), bar: $('composer-bar'), composer: $('composer'), send: $('send-button'),
+  fileInput: $('file-input'), attach: $('attach-button'), caption: $('caption-input'), mic: $('mic-button'),
+  counter: $('counter'), drop: $('drop-zone'), recLine: $('rec-line'), recTime: $('rec-time'),
+};
+const KEY_TOKEN = 'hermes.token';
+const KEY_DEVICE = 'hermes.deviceId';
+
+let client = null;
+let status = { state: 'offline' };
+const bubbles = new Map(); // message / media id → .msg element
+const cards = new Map(); // prompt id → { el, card }
+const blobUrls = [];
+
+// ---- storage (it may be unavailable: private modes) -------------------------------------
+
+const store = {
+  get: (k) => { try { return localStorage.getItem(k); } catch { return null; } },
+  set: (k, v) => { try { localStorage.setItem(k, v); } catch { /* kept in memory only */ } },
+  del: (k) => { try { localStorage.removeItem(k); } catch { /* nothing */ } },
+};
+
+// ---- small DOM helpers ---------------------------------------------------------------------
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text != null) e.textContent = text;
+  return e;
+}
+
+const ICONS = {
+  file: 'M6 2h8l6 6v12a2 2 0 0 1-2 2H6a2 2 0 0 1-2-2V4a2 2 0 0 1 2-2zm7 1.5V9h5.5z',
+  link: 'M10.6 13.4a1 1 0 0 1 0-1.4l3.5-3.5a1 1 0 1 1 1.4 1.4L12 13.4a1 1 0 0 1-1.4 0zM8 20a5 5 0 0 1-3.5-8.5l2.1-2.1 1.4 1.4-2.1 2.1a3 3 0 0 0 4.2 4.2l2.1-2.1 1.4 1.4-2.1 2.1A5 5 0 0 1 8 20zm9.4-5.4L16 13.2l2.1-2.1a3 3 0 0 0-4.2-4.2L11.8 9l-1.4-1.4 2.1-2.1a5 5 0 0 1 7 7z',
+  mic: 'M12 15a3.5 3.5 0 0 0 3.5-3.5v-6a3.5 3.5 0 0 0-7 0v6A3.5 3.5 0 0 0 12 15zm6-3.5h-1.7a4.3 4.3 0 0 1-8.6 0H6a6 6 0 0 0 5 5.9V21h2v-3.6a6 6 0 0 0 5-5.9z',
+};
+
+function icon(name) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = document.createElementNS(ns, 'svg');
+  svg.setAttribute('viewBox', '0 0 24 24');
+  svg.setAttribute('aria-hidden', 'true');
+  svg.setAttribute('class', 'icon');
+  const p = document.createElementNS(ns, 'path');
+  p.setAttribute('fill', 'currentColor');
+  p.setAttribute('d', ICONS[name]);
+  svg.append(p);
+  return svg;
+}
+
+function fmtSize(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+function fmtTime(d = new Date()) {
+  return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+}
+
+function blobUrl(blob) {
+  const u = URL.createObjectURL(blob);
+  blobUrls.push(u);
+  return u;
+}
+
+let noticeTimer = null;
+function notice(text, kind = 'error') {
+  ui.notice.textContent = text;
+  ui.notice.dataset.kind = kind;
+  clearTimeout(noticeTimer);
+  noticeTimer = setTimeout(() => (ui.notice.textContent = ''), 20000);
+}
+ui.notice.addEventListener('click', () => (ui.notice.textContent = ''));
+
+// ---- rich text: fenced code in <pre><code>, http(s) links; everything else as text nodes ----
+
+const FENCE = /```[^\n`]*\n?([\s\S]*?)(?:```|$)/g;
+const URL_RE = /\bhttps?:\/\/[^\s<>"'`]+/gi;
+
+function appendLinked(parent, s) {
+  let last = 0;
+  for (const m of s.matchAll(URL_RE)) {
+    let url = m[0];
+    for (;;) {
+      const c = url.at(-1);
+      if ('.,;:!?\'"'.includes(c)) url = url.slice(0, -1);
+      else if (c === ')' && url.split('(').length < url.split(')').length) url = url.slice(0, -1);
+      else if (c === ']' || c === '}' || c === '>') url = url.slice(0, -1);
+      else break;
+    }
+    let ok = false;
+    try { ok = ['http:', 'https:'].includes(new URL(url).protocol); } catch { ok = false; }
+    if (!ok) continue;
+    if (m.index > last) parent.append(s.slice(last, m.index));
+    const a = el('a', null, url);
+    a.href = url;
+    a.target = '_blank';
+    a.rel = 'noopener noreferrer';
+    parent.append(a);
+    last = m.index + url.length;
+  }
+  if (last < s.length) parent.append(s.slice(last));
+}
+
+function renderText(target, text) {
+  const frag = document.createDocumentFragment();
+  let last = 0;
+  for (const m of text.matchAll(FENCE)) {
+    // The line breaks around a block are the block's own edges, not blank lines.
+    if (m.index > last) appendLinked(frag, text.slice(last, m.index).replace(/\n$/, ''));
+    const pre = el('pre');
+    pre.append(el('code', null, m[1].replace(/\n$/, '')));
+    frag.append(pre);
+    last = m.index + m[0].length;
+    if (text[last] === '\n') last++;
+  }
+  if (last < text.length) appendLinked(frag, text.slice(last));
+  target.replaceChildren(frag);
+}
+
+// ---- the message list ----------------------------------------------------------------------
+
+function nearBottom() {
+  const m = ui.messages;
+  return m.scrollHeight - m.scrollTop - m.clientHeight < 120;
+}
+
+function keepBottom(stick, fn) {
+  const was = stick || nearBottom();
+  const r = fn();
+  if (was) ui.messages.scrollTop = ui.messages.scrollHeight;
+  return r;
+}
+
+// `key` tells bubbles apart in this page: agent message and media ids are the agent's and
+// may come again after a restart; user ids are ours.
+function bubble(from, id, key = id) {
+  const m = el('div', 'msg');
+  m.dataset.from = from;
+  m.dataset.id = id;
+  m.dataset.final = 'false';
+  const meta = el('span', 'msg-meta', fmtTime());
+  m.append(meta);
+  ui.messages.append(m);
+  bubbles.set(key, m);
+  return m;
+}
+
+function mediaBubble(id) {
+  const m = bubbles.get('f:' + id);
+  return m && m.dataset.final !== 'true' ? m : bubble('agent', id, 'f:' + id);
+}
+
+function setBody(m, ...nodes) {
+  m.replaceChildren(...nodes, m.querySelector('.msg-meta'));
+}
+
+function markBubble(id, state, why) {
+  const m = bubbles.get(id);
+  if (!m) return;
+  if (state === 'final') m.dataset.final = 'true';
+  if (state === 'failed') {
+    m.classList.add('failed');
+    m.querySelector('.msg-meta').textContent = `${fmtTime()} · ${why}`;
+  }
+  const up = m.querySelector('.upload');
+  if (up) {
+    up.dataset.state = state === 'final' ? 'done' : state === 'failed' ? 'error' : up.dataset.state;
+    if (state === 'final') up.querySelector('progress').value = 100;
+  }
+}
+
+function addUserText(id, text) {
+  keepBottom(true, () => {
+    const m = bubble('user', id);
+    const t = el('div', 'msg-text');
+    renderText(t, text);
+    setBody(m, t);
+  });
+}
+
+function onAgentMessage({ detail: d }) {
+  keepBottom(false, () => {
+    const m = bubbles.get('m:' + d.key) || bubble('agent', d.id, 'm:' + d.key);
+    let t = m.querySelector('.msg-text');
+    if (!t) {
+      t = el('div', 'msg-text');
+      setBody(m, t);
+    }
+    renderText(t, d.text); // M2: the latest version replaces the bubble's text in place
+    m.dataset.final = String(d.final);
+    m.setAttribute('aria-busy', String(!d.final));
+  });
+  if (d.final) client.ack(d.id);
+}
+
+// Only these types are given to the page as they are; anything else is a download
+// (application/octet-stream), so a blob: URL can never become an HTML or SVG document.
+const SAFE_IMAGE = /^image\/(png|jpeg|gif|webp|avif|bmp)$/;
+
+function onMediaProgress({ detail: d }) {
+  if (d.parts < 2) return;
+  keepBottom(false, () => {
+    const m = mediaBubble(d.id);
+    let p = m.querySelector('.media-pending');
+    if (!p) {
+      p = el('div', 'media-pending');
+      setBody(m, p);
+    }
+    p.textContent = `Receiving ${d.filename || 'a file'}… ${Math.floor((100 * d.got) / d.parts)} %`;
+  });
+}
+
+function onMedia({ detail: d }) {
+  keepBottom(false, () => {
+    const m = mediaBubble(d.id);
+    const mime = (d.mime || '').toLowerCase().split(';')[0].trim();
+    const name = safeName(d.filename || d.kind);
+    const nodes = [];
+    if (d.url) {
+      let href = null;
+      try { if (['http:', 'https:'].includes(new URL(d.url).protocol)) href = d.url; } catch { href = null; }
+      const a = el(href ? 'a' : 'span', 'media-url');
+      a.append(icon('link'), el('span', null, d.filename || d.url));
+      if (href) Object.assign(a, { href, target: '_blank', rel: 'noopener noreferrer' });
+      nodes.push(a);
+    } else if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
+      const img = el('img', 'media-image');
+      img.alt = name;
+      img.src = blobUrl(new Blob([d.blob], { type: mime }));
+      img.addEventListener('load', () => keepBottom(false, () => img.classList.toggle('tiny', img.naturalWidth < 64 && img.naturalHeight < 64)), { once: true });
+      img.addEventListener('error', () => img.replaceWith(downloadLink(d, name)), { once: true });
+      nodes.push(img);
+    } else if ((d.kind === 'voice' || d.kind === 'video' || d.kind === 'animation') && /^(audio|video)\//.test(mime)) {
+      const video = mime.startsWith('video/');
+      const media = el(video ? 'video' : 'audio', video ? 'media-video' : 'media-audio');
+      media.controls = true;
+      media.preload = 'metadata';
+      if (video) media.playsInline = true;
+      media.src = blobUrl(new Blob([d.blob], { type: mime }));
+      nodes.push(media);
+    } else {
+      nodes.push(downloadLink(d, name));
+    }
+    if (d.caption) {
+      const t = el('div', 'msg-text');
+      renderText(t, d.caption);
+      nodes.push(t);
+    }
+    setBody(m, ...nodes);
+    m.classList.add('has-media');
+    m.dataset.final = 'true';
+  });
+  client.ack(d.id);
+}
+
+function downloadLink(d, name) {
+  const a = el('a', 'media-download');
+  a.href = blobUrl(new Blob([d.blob], { type: 'application/octet-stream' }));
+  a.download = name;
+  a.append(icon('file'), el('span', 'media-name', name), el('span', 'media-size', fmtSize(d.size)));
+  return a;
+}
+
+function safeName(s) {
+  // eslint-disable-next-line no-control-regex
+  const n = String(s).replace(/[\u0000-\u001f\u007f/\\]+/g, '_').replace(/^\.+/, '').slice(0, 200);
+  return n || 'file';
+}
+
+// ---- cards ---------------------------------------------------------------------------------
+
+const CARD_TITLES = { exec_approval: 'Approve command', slash_confirm: 'Confirm', clarify: 'Question' };
+
+function onPrompt({ detail: { card, repeat } }) {
+  const known = cards.get(card.id);
+  if (known && repeat) {
+    known.card = card;
+    return;
+  }
+  keepBottom(false, () => {
+    const c = el('div', 'card');
+    c.dataset.promptId = card.id;
+    c.dataset.kind = card.kind;
+    c.dataset.state = 'open';
+    c.setAttribute('role', 'group');
+    c.setAttribute('aria-label', CARD_TITLES[card.kind]);
+    c.append(el('div', 'card-head', CARD_TITLES[card.kind]));
+    if (card.text) c.append(el('p', 'card-text', card.text));
+    if (card.kind === 'exec_approval' || card.command) c.append(el('pre', 'card-command', card.command));
+    if (card.description) c.append(el('p', 'card-description', card.description));
+    const opts = el('div', 'card-options');
+    for (const o of card.options) {
+      const b = el('button', 'card-option' + (o.style ? ' ' + o.style : ''), o.label);
+      b.type = 'button';
+      b.dataset.optionId = o.id;
+      b.addEventListener('click', () => choose(card.id, o.id, b));
+      opts.append(b);
+    }
+    c.append(opts);
+    const other = el('div', 'card-other');
+    other.hidden = true;
+    const input = el('textarea', 'card-other-input');
+    input.rows = 2;
+    input.placeholder = 'Your answer';
+    input.setAttribute('aria-label', 'Your answer');
+    const send = el('button', 'card-other-send', 'Send');
+    send.type = 'button';
+    send.addEventListener('click', () => answerOther(card.id));
+    input.addEventListener('keydown', (e) => {
+      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+        e.preventDefault();
+        answerOther(card.id);
+      }
+    });
+    other.append(input, send);
+    c.append(other);
+    const foot = el('div', 'card-foot');
+    foot.append(el('span', 'card-countdown'), el('span', 'card-result'));
+    c.append(foot);
+    ui.messages.append(c);
+    cards.set(card.id, { el: c, card });
+    tickCard(cards.get(card.id));
+  });
+}
+
+function setCardBusy(c, busy, chosen) {
+  for (const b of c.el.querySelectorAll('button')) {
+    b.disabled = busy;
+    if (b.classList.contains('card-option')) b.setAttribute('aria-pressed', String(b.dataset.optionId === chosen));
+  }
+  c.el.querySelector('.card-other-input').disabled = busy;
+}
+
+function choose(promptId, optionId) {
+  const c = cards.get(promptId);
+  if (!c || c.el.dataset.state !== 'open') return;
+  if (optionId === 'other' && c.card.kind === 'clarify') {
+    const other = c.el.querySelector('.card-other');
+    other.hidden = false;
+    other.querySelector('.card-other-input').focus();
+    return;
+  }
+  try {
+    client.answer(promptId, optionId);
+    setCardBusy(c, true, optionId);
+    c.el.querySelector('.card-result').textContent = 'Sending…';
+  } catch (e) {
+    notice(errorText(e));
+  }
+}
+
+function answerOther(promptId) {
+  const c = cards.get(promptId);
+  if (!c || c.el.dataset.state !== 'open') return;
+  const input = c.el.querySelector('.card-other-input');
+  const text = input.value.trim();
+  if (!text) {
+    input.focus();
+    return;
+  }
+  try {
+    client.answer(promptId, 'other', text);
+    setCardBusy(c, true, 'other');
+    c.el.querySelector('.card-result').textContent = 'Sending…';
+  } catch (e) {
+    notice(errorText(e));
+  }
+}
+
+function onPromptDone({ detail: d }) {
+  const c = cards.get(d.id);
+  if (!c) return;
+  // P5: an expired card may name its safe default; it is shown as "expired" all the same.
+  c.el.dataset.state = d.expired ? 'expired' : 'done';
+  setCardBusy(c, true, d.expired ? null : d.optionId);
+  const other = c.card.answer && c.card.answer.optionId === 'other' ? c.card.answer.text : null;
+  c.el.querySelector('.card-result').textContent = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : d.label || d.optionId || 'done';
+  c.el.querySelector('.card-countdown').textContent = '';
+}
+
+function tickCard(c) {
+  if (c.el.dataset.state !== 'open') return;
+  const s = Math.max(0, Math.ceil((c.card.expiresAt - Date.now()) / 1000));
+  const text = s >= 60 ? `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}` : `${s} s`;
+  const cd = c.el.querySelector('.card-countdown');
+  if (cd.textContent !== text) cd.textContent = text;
+  cd.dataset.seconds = String(s);
+}
+
+// ---- status, typing, avatar ------------------------------------------------------------------
+
+function renderStatus() {
+  const s = status;
+  let text = 'Not paired';
+  let state = 'offline';
+  if (client) {
+    state = s.state === 'closed' || s.state === 'idle' ? 'offline' : s.state;
+    if (s.state === 'connecting') text = 'Connecting…';
+    else if (s.state === 'online') text = 'Online';
+    else if (s.state === 'noaccess') text = 'No access — check the token';
+    else if (s.reason === 'replaced') text = 'Offline — open in another tab';
+    else if (s.retryAt) text = `Offline — retrying in ${Math.max(0, Math.ceil((s.retryAt - Date.now()) / 1000))} s`;
+    else text = 'Offline';
+  }
+  if (ui.status.dataset.state !== state) {
+    ui.status.dataset.state = state;
+    // Announced once per change; the countdown in #status is not read out every second.
+    $('sr-status').textContent = state === 'offline' ? 'Offline' : text;
+  }
+  if (ui.status.textContent !== text) ui.status.textContent = text;
+  ui.retry.hidden = !(client && state === 'offline');
+}
+
+function onStatus({ detail }) {
+  status = detail;
+  renderStatus();
+  if (detail.state !== 'online') showTyping(false);
+  if (detail.state === 'noaccess') {
+    ui.pairError.textContent = `The gateway refused this token (${detail.code}). Paste the current token or open a new pairing link.`;
+    ui.pairError.hidden = false;
+    showScreen('pair');
+  }
+  if (detail.state === 'online') {
+    ui.pairError.hidden = true;
+    if (ui.notice.dataset.kind === 'fatal') ui.notice.textContent = ''; // it is over
+  }
+}
+
+function showTyping(on) {
+  ui.typing.hidden = !on;
+}
+
+// The avatar's states are shown for at least a moment each, so a quick thinking → speaking
+// is still visible (and announced to the avatar page) in order.
+const avatarQueue = [];
+let avatarShownAt = 0;
+let avatarTimer = null;
+let avatarCurrent = 'idle';
+
+function queueAvatar(state) {
+  const last = avatarQueue.length ? avatarQueue.at(-1) : avatarCurrent;
+  if (state !== last) avatarQueue.push(state);
+  pumpAvatar();
+}
+
+function pumpAvatar() {
+  if (avatarTimer || !avatarQueue.length) return;
+  const wait = avatarShownAt + 350 - Date.now();
+  if (wait > 0) {
+    avatarTimer = setTimeout(() => {
+      avatarTimer = null;
+      pumpAvatar();
+    }, wait);
+    return;
+  }
+  setAvatar(avatarQueue.shift());
+  pumpAvatar();
+}
+
+function setAvatar(state) {
+  avatarCurrent = state;
+  avatarShownAt = Date.now();
+  ui.avatarState.dataset.state = state;
+  ui.avatarState.textContent = state === 'thinking' ? 'thinking…' : state;
+  postAvatar();
+}
+
+function postAvatar() {
+  try {
+    ui.avatarFrame.contentWindow?.postMessage({ avatar: avatarCurrent }, location.origin);
+  } catch { /* the frame is not loaded yet; its load handler posts again */ }
+}
+ui.avatarFrame.addEventListener('load', postAvatar);
+
+// ---- composer --------------------------------------------------------------------------------
+
+function maxChars() {
+  return client ? client.maxTextChars : MAX_TEXT_CHARS;
+}
+
+function updateComposer() {
+  const text = ui.composer.value.trim();
+  const n = charCount(text); // G1: code points, as the gateway counts
+  ui.send.disabled = n === 0 || n > maxChars();
+  const near = n > maxChars() - 1000;
+  ui.counter.hidden = !near;
+  if (near) {
+    ui.counter.textContent = `${n} / ${maxChars()}`;
+    ui.counter.classList.toggle('over', n > maxChars());
+  }
+  ui.composer.style.height = 'auto';
+  ui.composer.style.height = Math.min(ui.composer.scrollHeight, 180) + 'px';
+}
+
+function sendComposer() {
+  const text = ui.composer.value.trim();
+  if (!client || ui.send.disabled || !text) return;
+  try {
+    const id = client.sendText(text);
+    addUserText(id, text);
+    ui.composer.value = '';
+    updateComposer();
+  } catch (e) {
+    notice(errorText(e));
+  }
+}
+
+ui.composer.addEventListener('input', () => {
+  updateComposer();
+  if (client && ui.composer.value.trim()) client.typing(); // at most every 2 s (protocol.js)
+});
+ui.composer.addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && e.keyCode !== 229) {
+    e.preventDefault();
+    sendComposer();
+  }
+});
+ui.send.addEventListener('click', () => {
+  sendComposer();
+  ui.composer.focus();
+});
+
+// ---- uploads ----------------------------------------------------------------------------------
+
+function uploadFiles(files) {
+  if (!client) return;
+  for (const f of files) {
+    const name = f.name || 'pasted file';
+    if (f.size > client.maxMediaBytes) {
+      notice(`“${name}” is too big (${fmtSize(f.size)}): files up to ${fmtSize(client.maxMediaBytes)} can be sent. Nothing was sent.`);
+      continue;
+    }
+    if (f.size === 0) {
+      notice(`“${name}” is empty. Nothing was sent.`);
+      continue;
+    }
+    const caption = ui.caption.value.trim();
+    const id = newId('f');
+    const m = keepBottom(true, () => bubble('user', id));
+    const up = el('div', 'upload');
+    up.dataset.name = name;
+    up.dataset.state = 'sending';
+    const progress = el('progress');
+    progress.max = 100;
+    progress.value = 0;
+    up.append(icon('file'), el('span', 'upload-name', name), el('span', 'upload-size', fmtSize(f.size)), progress);
+    const nodes = [up];
+    if (SAFE_IMAGE.test(f.type)) {
+      const img = el('img', 'upload-preview');
+      img.alt = '';
+      img.src = blobUrl(f);
+      nodes.unshift(img);
+    }
+    if (caption) nodes.push(el('div', 'msg-text', caption));
+    setBody(m, ...nodes);
+    ui.messages.scrollTop = ui.messages.scrollHeight;
+    try {
+      client.sendFile(f, {
+        id,
+        filename: name,
+        caption,
+        onProgress: (p) => {
+          progress.value = p.percent;
+        },
+      });
+      ui.caption.value = ''; // the caption goes with one file
+    } catch (e) {
+      markBubble(id, 'failed', 'not sent');
+      notice(errorText(e));
+    }
+  }
+}
+
+ui.attach.addEventListener('click', () => ui.fileInput.click());
+ui.fileInput.addEventListener('change', () => {
+  uploadFiles([...ui.fileInput.files]);
+  ui.fileInput.value = '';
+});
+
+let dragDepth = 0;
+const hasFiles = (e) => e.dataTransfer && [...e.dataTransfer.types].includes('Files');
+document.addEventListener('dragenter', (e) => {
+  if (!client || !hasFiles(e)) return;
+  dragDepth++;
+  ui.drop.hidden = false;
+});
+document.addEventListener('dragleave', () => {
+  if (--dragDepth <= 0) {
+    dragDepth = 0;
+    ui.drop.hidden = true;
+  }
+});
+document.addEventListener('dragover', (e) => {
+  if (client && hasFiles(e)) e.preventDefault();
+});
+document.addEventListener('drop', (e) => {
+  dragDepth = 0;
+  ui.drop.hidden = true;
+  if (!client || !hasFiles(e)) return;
+  e.preventDefault();
+  uploadFiles([...e.dataTransfer.files]);
+});
+document.addEventListener('paste', (e) => {
+  const files = e.clipboardData ? [...e.clipboardData.files] : [];
+  if (!client || !files.length) return;
+  e.preventDefault();
+  uploadFiles(files);
+});
+
+// ---- voice: MediaRecorder, then decoded and resampled to 16 kHz mono, sent as 16-bit WAV ------
+
+let rec = null;
+const MAX_RECORD_SECONDS = 240; // 16 kHz × 2 bytes × 240 s ≈ 7.3 MiB, under MAX_AUDIO_BYTES
+
+async function startRecording() {
+  if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia || !window.MediaRecorder) {
+    notice('Voice messages need a browser with microphone access on a secure page (https or localhost).');
+    return;
+  }
+  rec = { starting: true };
+  let stream;
+  try {
+    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true } });
+  } catch (e) {
+    rec = null;
+    notice(e && e.name === 'NotAllowedError' ? 'The microphone was refused. Allow it in the browser to send voice messages.' : 'No microphone could be opened, so no voice message was recorded.');
+    return;
+  }
+  const chunks = [];
+  const mr = new MediaRecorder(stream);
+  mr.addEventListener('dataavailable', (e) => e.data && e.data.size && chunks.push(e.data));
+  rec = { stream, mr, chunks, startedAt: Date.now(), cancelled: false };
+  rec.timer = setInterval(() => {
+    const s = Math.floor((Date.now() - rec.startedAt) / 1000);
+    ui.recTime.textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
+    if (s >= MAX_RECORD_SECONDS) stopRecording();
+  }, 250);
+  mr.start();
+  ui.mic.setAttribute('aria-pressed', 'true');
+  ui.mic.setAttribute('aria-label', 'Stop and send the voice message');
+  ui.recTime.textContent = '0:00';
+  ui.recLine.hidden = false;
+  ui.bar.classList.add('recording');
+}
+
+function stopRecording(cancel = false) {
+  const r = rec;
+  if (!r || r.starting) return;
+  rec = null;
+  clearInterval(r.timer);
+  ui.mic.setAttribute('aria-pressed', 'false');
+  ui.mic.setAttribute('aria-label', 'Record a voice message');
+  ui.recLine.hidden = true;
+  ui.bar.classList.remove('recording');
+  r.mr.addEventListener('stop', () => {
+    for (const t of r.stream.getTracks()) t.stop();
+    if (!cancel) finishRecording(r.chunks, r.mr.mimeType).catch(() => notice('The recording could not be encoded, so nothing was sent.'));
+  }, { once: true });
+  r.mr.stop();
+}
+
+async function finishRecording(chunks, type) {
+  const blob = new Blob(chunks, { type });
+  if (!blob.size) {
+    notice('Nothing was recorded.');
+    return;
+  }
+  const ctx = new OfflineAudioContext(1, 1, 16000);
+  const buf = await ctx.decodeAudioData(await blob.arrayBuffer()); // resampled to 16 kHz
+  const n = buf.length;
+  const mono = new Float32Array(n);
+  for (let c = 0; c < buf.numberOfChannels; c++) {
+    const d = buf.getChannelData(c);
+    for (let i = 0; i < n; i++) mono[i] += d[i] / buf.numberOfChannels;
+  }
+  const wav = encodeWav(mono, 16000);
+  if (wav.size > MAX_AUDIO_BYTES) {
+    notice('The recording is over 8 MiB, so it was not sent.');
+    return;
+  }
+  const id = newId('a');
+  const secs = Math.round(n / 16000);
+  keepBottom(true, () => {
+    const m = bubble('user', id);
+    const audio = el('audio', 'own-audio');
+    audio.controls = true;
+    audio.src = blobUrl(wav);
+    const label = el('div', 'voice-label');
+    label.append(icon('mic'), `Voice message · ${Math.floor(secs / 60)}:${String(secs % 60).padStart(2, '0')}`);
+    setBody(m, label, audio);
+  });
+  try {
+    client.sendAudio(wav, { format: 'wav', id });
+  } catch (e) {
+    markBubble(id, 'failed', 'not sent');
+    notice(errorText(e));
+  }
+}
+
+function encodeWav(samples, rate) {
+  const buf = new ArrayBuffer(44 + samples.length * 2);
+  const v = new DataView(buf);
+  const str = (o, s) => [...s].forEach((c, i) => v.setUint8(o + i, c.charCodeAt(0)));
+  str(0, 'RIFF');
+  v.setUint32(4, 36 + samples.length * 2, true);
+  str(8, 'WAVE');
+  str(12, 'fmt ');
+  v.setUint32(16, 16, true);
+  v.setUint16(20, 1, true); // PCM
+  v.setUint16(22, 1, true); // mono
+  v.setUint32(24, rate, true);
+  v.setUint32(28, rate * 2, true);
+  v.setUint16(32, 2, true);
+  v.setUint16(34, 16, true);
+  str(36, 'data');
+  v.setUint32(40, samples.length * 2, true);
+  for (let i = 0; i < samples.length; i++) {
+    const s = Math.max(-1, Math.min(1, samples[i]));
+    v.setInt16(44 + i * 2, s < 0 ? s * 0x8000 : s * 0x7fff, true);
+  }
+  return new Blob([buf], { type: 'audio/wav' });
+}
+
+ui.mic.addEventListener('click', () => {
+  if (!client) return;
+  if (rec) stopRecording();
+  else startRecording();
+});
+document.addEventListener('keydown', (e) => {
+  if (e.key === 'Escape' && rec) stopRecording(true);
+});
+
+// ---- errors -------------------------------------------------------------------------------------
+
+function errorText(e) {
+  if (e instanceof HermesError) {
+    if (e.code === 'too_big') return `Too big: ${e.message}.`;
+    return `${e.code}: ${e.message}`;
+  }
+  return String(e && e.message ? e.message : e);
+}
+
+function onError({ detail: d }) {
+  notice(`Error from the gateway: ${d.code}${d.message ? ' — ' + d.message : ''}`, d.fatal ? 'fatal' : 'error');
+  const c = d.promptId && cards.get(d.promptId);
+  if (c && c.el.dataset.state === 'open') {
+    setCardBusy(c, false, null);
+    c.el.querySelector('.card-result').textContent = '';
+  }
+}
+
+// ---- pairing and the client's life ---------------------------------------------------------------
+
+function showScreen(which) {
+  const chat = which === 'chat';
+  ui.pair.hidden = chat;
+  ui.chat.hidden = !chat;
+  ui.bar.hidden = !chat;
+  ui.forget.hidden = !store.get(KEY_TOKEN) && !client;
+  if (!chat) setTimeout(() => ui.tokenInput.focus(), 0);
+}
+
+function deviceName() {
+  const ua = navigator.userAgent;
+  const b = /Edg\//.test(ua) ? 'Edge' : /Firefox\//.test(ua) ? 'Firefox' : /Chrom(e|ium)\//.test(ua) ? 'Chrome' : /Safari\//.test(ua) ? 'Safari' : 'Browser';
+  const os = /Android/.test(ua) ? 'Android' : /iPhone|iPad/.test(ua) ? 'iOS' : /Mac OS X/.test(ua) ? 'macOS' : /Windows/.test(ua) ? 'Windows' : /Linux/.test(ua) ? 'Linux' : '';
+  return `${b}${os ? ' on ' + os : ''} (web)`;
+}
+
+function start(token) {
+  stop();
+  let deviceId = store.get(KEY_DEVICE);
+  if (!deviceId) {
+    deviceId = newDeviceId();
+    store.set(KEY_DEVICE, deviceId);
+  }
+  client = new HermesClient({ token, deviceId, deviceName: deviceName(), appVersion: '1.0.0' });
+  const on = (t, f) => client.addEventListener(t, f);
+  on('status', onStatus);
+  on('message', onAgentMessage);
+  on('media', onMedia);
+  on('mediaprogress', onMediaProgress);
+  on('prompt', onPrompt);
+  on('promptdone', onPromptDone);
+  on('avatar', (e) => queueAvatar(e.detail.state));
+  on('typing', (e) => showTyping(e.detail.active));
+  on('error', onError);
+  on('confirmed', (e) => markBubble(e.detail.id, 'final'));
+  on('rejected', (e) => markBubble(e.detail.id, 'failed', `refused (${e.detail.code})`));
+  on('unsent', (e) => markBubble(e.detail.id, 'failed', 'not delivered'));
+  showScreen('chat');
+  client.connect();
+  updateComposer();
+}
+
+function stop() {
+  if (!client) return;
+  const c = client;
+  client = null;
+  c.close();
+}
+
+function pair(token) {
+  token = (token || '').trim();
+  const m = /[#&]token=([^&\s]+)/.exec(token); // a pasted pairing link
+  if (m) token = decodeURIComponent(m[1]);
+  if (!token) {
+    ui.pairError.textContent = 'Paste the token first.';
+    ui.pairError.hidden = false;
+    ui.tokenInput.focus();
+    return;
+  }
+  store.set(KEY_TOKEN, token);
+  ui.tokenInput.value = '';
+  ui.pairError.hidden = true;
+  start(token);
+}
+
+// `#token=…`: pair at once, then take the token out of the address bar (and history).
+function tokenFromFragment() {
+  const h = location.hash;
+  if (!/^#(.*&)?token=/.test(h)) return null;
+  const token = new URLSearchParams(h.slice(1)).get('token');
+  history.replaceState(history.state, '', location.pathname + location.search);
+  return token && token.trim();
+}
+
+function forget() {
+  if (rec) stopRecording(true);
+  stop();
+  store.del(KEY_TOKEN);
+  store.del(KEY_DEVICE);
+  for (const u of blobUrls.splice(0)) URL.revokeObjectURL(u);
+  ui.messages.replaceChildren();
+  bubbles.clear();
+  cards.clear();
+  showTyping(false);
+  avatarQueue.length = 0;
+  setAvatar('idle');
+  status = { state: 'offline' };
+  renderStatus();
+  ui.pairError.hidden = true;
+  showScreen('pair');
+  ui.forget.hidden = true;
+}
+
+// A form for Enter and password managers; it is never submitted (CSP form-action 'none').
+$('pair-form').addEventListener('submit', (e) => {
+  e.preventDefault();
+  pair(ui.tokenInput.value);
+});
+ui.forget.addEventListener('click', forget);
+ui.retry.addEventListener('click', () => {
+  if (!client) return;
+  if (status.reason === 'replaced') client.connect();
+  else client.reconnectNow();
+});
+window.addEventListener('hashchange', () => {
+  const t = tokenFromFragment();
+  if (t) pair(t);
+});
+window.addEventListener('online', () => client && client.reconnectNow());
+document.addEventListener('visibilitychange', () => {
+  // Another tab of this browser took the device over (H5); coming back takes it again.
+  if (document.visibilityState === 'visible' && client && status.reason === 'replaced' && status.state === 'offline') client.connect();
+});
+
+setInterval(() => {
+  if (client && status.state === 'offline') renderStatus();
+  for (const c of cards.values()) tickCard(c);
+}, 1000);
+
+(function boot() {
+  const linked = tokenFromFragment();
+  if (linked) store.set(KEY_TOKEN, linked);
+  const token = linked || store.get(KEY_TOKEN);
+  renderStatus();
+  if (token) start(token);
+  else showScreen('pair');
+})();
