@@ -662,7 +662,8 @@ async def check_queued_in_order(w, phone):
         assert len(own) == 1 and not any(other in own[0] for other in words if other != word), \
             f"{word} is not in a user message of its own: {own}"
     where = [text.index(word) for word in words]
-    assert where == sorted(where), f"queued messages reached the model out of order: {where}\n{text[-1500:]}"
+    assert where == sorted(where), (f"queued messages reached the model out of order: {where}\n{text[-1500:]}\n"
+                                    f"phone: {[m['text'][:80] for _, m in phone.final_messages_since(mark)]}")
     answers = await phone.wait_for(
         lambda: (lambda a: a if len(a) >= 3 else None)(
             [m["text"] for _, m in phone.final_messages_since(mark) if "Echo: queued-" in m["text"]]),

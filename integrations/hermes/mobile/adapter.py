@@ -75,6 +75,8 @@ IDLE_TURN_GRACE = 3.0
 REGISTER_WAIT = 30.0
 # The longest a backlog message waits for the turn of the one before it to end.
 BACKLOG_TURN_WAIT = 300.0
+# Before the first backlog message: time for a turn Hermes resumes by itself to start.
+BACKLOG_SETTLE = 0.2
 # Messages that arrive this soon after `welcome` are the gateway's backlog (it hands
 # over what it kept right after the handshake); later ones are live.
 BACKLOG_WINDOW = 1.0
@@ -1193,7 +1195,15 @@ class MobileAdapter(BasePlatformAdapter):
         try:
             await self._until_registered()
             queue = self._inbox.get(device)
+            settled = False
             while queue:
+                if queue[0][1]:
+                    if not settled:
+                        # Hermes may resume a turn its last run left unfinished as soon
+                        # as it is up; let that start, so the backlog waits for it.
+                        await asyncio.sleep(BACKLOG_SETTLE)
+                        settled = True
+                    await self._until_idle(device, queue)
                 ev, backlog = queue.popleft()
                 try:
                     await self._on_message(ev)
@@ -1203,36 +1213,42 @@ class MobileAdapter(BasePlatformAdapter):
                     logger.exception("[mobile] a message from %s could not be handed to Hermes",
                                      _printable(device))
                     continue
-                if backlog and queue and queue[0][1]:
-                    await self._until_turn_ends(device, queue)
         finally:
             if self._inbox_tasks.get(device) is asyncio.current_task():
                 self._inbox_tasks.pop(device, None)
             if not self._inbox.get(device):
                 self._inbox.pop(device, None)
 
-    async def _until_turn_ends(self, device: str, queue: "collections.deque") -> None:
-        """Before the next message of a backlog, let the turn of the one before end.
+    async def _until_idle(self, device: str, queue: "collections.deque") -> None:
+        """Before a backlog message, let the turn in progress for this chat end.
 
         The gateway keeps what a phone sends while Hermes is away and hands it all over
         right after `welcome`. Hermes treats a message that arrives during a turn as an
         interruption ("⚡ Interrupting current task") and may answer a later one first;
-        the user wrote them in order and expects them answered in order. Live messages
-        are never held. The hold ends at once when Hermes asks the user something
+        the user wrote them in order and expects them answered in order. The first one
+        also waits for a turn Hermes resumed by itself (its last run was stopped in the
+        middle of one). Live messages are never held. The hold ends at once when Hermes asks the user something
         (an approval or a clarify question: the next message may be the answer), or
         when a `/stop`, `/approve` or `/deny` waits anywhere behind.
         """
         chat_id = chat_id_for(device)
         seq = self._handed.get(chat_id, 0)
-        session_key = None
         deadline = time.monotonic() + BACKLOG_TURN_WAIT
-        while self._ended.get(chat_id, 0) < seq and time.monotonic() < deadline:
+        session_key = self._session_key_for(chat_id)
+        while (self._turns.get(chat_id, 0) > 0 or self._ended.get(chat_id, 0) < seq
+               or self._agent_running(session_key)) and time.monotonic() < deadline:
             if any(_is_urgent(str(ev.get("text") or "")) for ev, _ in queue):
                 return
-            session_key = session_key or self._session_key_for(chat_id)
             if session_key and _hermes_asks(session_key):
                 return
             await asyncio.sleep(0.1)
+
+    def _agent_running(self, session_key: Optional[str]) -> bool:
+        """Whether Hermes runs an agent for this session, its own resumed turn included
+        (that one does not pass through on_processing_start)."""
+        runner = getattr(getattr(self, "_message_handler", None), "__self__", None)
+        running = getattr(runner, "_running_agents", None)
+        return bool(session_key) and isinstance(running, dict) and session_key in running
 
     def _session_key_for(self, chat_id: str) -> Optional[str]:
         """The Hermes session key of a chat (the cards we opened for it know it)."""
