@@ -75,8 +75,10 @@ pub fn pairing_link(url: &str, token: &str) -> String {
 }
 
 /// The link as a QR code drawn with Unicode half blocks, two modules per character
-/// row, dark on a light terminal background or light on a dark one alike (the quiet
-/// zone is drawn too). `None` when the link is too long for a QR code.
+/// row, quiet zone included. Light modules are drawn as blocks, so it reads on the usual
+/// light-on-dark terminal; on a dark-on-light one it comes out inverted, which most phone
+/// scanners still read (otherwise open the link itself). `None` when the link is too
+/// long for a QR code.
 pub fn qr_text(link: &str) -> Option<String> {
     let code = qrcode::QrCode::new(link.as_bytes()).ok()?;
     let width = code.width();

@@ -99,7 +99,9 @@ impl Web {
 
     /// A complete HTTP response for `req`: the file, a 304, or a 404.
     pub fn respond(&self, req: &AssetRequest) -> Vec<u8> {
-        // `/avatar` without the slash: the page's relative asset paths need it.
+        // `/avatar` without the slash, and `/index.html`: to the one URL each page has.
+        // The pages use absolute paths (`/app.js`, `/ws`), so they must be served at the
+        // root of a host; a proxy may not mount them under a path prefix.
         if req.path == "/avatar" || req.path == "/index.html" {
             let to = if req.path == "/avatar" { "/avatar/" } else { "/" };
             return plain(

@@ -132,8 +132,12 @@ fn no_web_turns_the_routes_off_and_leaves_the_protocol_on() {
 
 #[test]
 fn a_bad_web_setting_stops_start_up_with_a_clear_line() {
+    // Loopback and port 0: if start-up ever accepted these, it must not take 8787.
     let out = Command::new(binary())
         .env_clear()
+        .env("MOBILE_HOST", "127.0.0.1")
+        .env("MOBILE_PORT", "0")
+        .env("MOBILE_ENV_FILE", "")
         .env("MOBILE_WEB", "maybe")
         .env("MOBILE_TOKEN", TOKEN)
         .output()
@@ -142,6 +146,9 @@ fn a_bad_web_setting_stops_start_up_with_a_clear_line() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("MOBILE_WEB must be on or off"));
     let out = Command::new(binary())
         .env_clear()
+        .env("MOBILE_HOST", "127.0.0.1")
+        .env("MOBILE_PORT", "0")
+        .env("MOBILE_ENV_FILE", "")
         .env("MOBILE_WEB_DIR", "/nonexistent/web")
         .env("MOBILE_TOKEN", TOKEN)
         .output()
@@ -156,6 +163,7 @@ fn pair_prints_the_link_with_the_token_in_the_fragment_and_a_qr_code() {
     let out = Command::new(binary())
         .env_clear()
         .env("MOBILE_TOKEN", TOKEN)
+        .env("MOBILE_ENV_FILE", "")
         .env("MOBILE_STATE_DIR", &state)
         .env("MOBILE_HOST", "127.0.0.1")
         .env("MOBILE_PORT", "9123")
@@ -187,6 +195,7 @@ fn start_up_output(state: &std::path::Path) -> (String, String) {
         .env("MOBILE_PORT", "0")
         .env("MOBILE_HOST", "127.0.0.1")
         .env("MOBILE_STATE_DIR", state)
+        .env("MOBILE_ENV_FILE", "")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
