@@ -194,5 +194,46 @@ fn dispatch(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, parse, reassembly, splitting, dispatch);
+/// One streamed token as an OpenAI-compatible server sends it (issue 11): decoding the
+/// SSE event (and its HTTP chunk) must cost far less than parsing its JSON payload.
+fn upstream(c: &mut Criterion) {
+    use hermes_mobile::upstream::{ResponseParser, SseDecoder};
+    let mut g = c.benchmark_group("upstream_token");
+    let payload = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}"#;
+    let event = format!("data: {payload}\n\n");
+    let chunk = format!("{:x}\r\n{event}\r\n", event.len());
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("sse_decode", |b| {
+        let mut d = SseDecoder::default();
+        let mut out = Vec::with_capacity(4);
+        b.iter(|| {
+            d.feed(black_box(event.as_bytes()), &mut out).unwrap();
+            black_box(out.drain(..).count())
+        })
+    });
+    g.bench_function("chunked_and_sse_decode", |b| {
+        let mut p = ResponseParser::new(false);
+        let mut events = Vec::new();
+        p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &mut events)
+            .unwrap();
+        events.clear();
+        let mut d = SseDecoder::default();
+        let mut out = Vec::with_capacity(4);
+        b.iter(|| {
+            p.feed(black_box(chunk.as_bytes()), &mut events).unwrap();
+            for e in events.drain(..) {
+                if let hermes_mobile::upstream::ResponseEvent::Body(bytes) = e {
+                    d.feed(&bytes, &mut out).unwrap();
+                }
+            }
+            black_box(out.drain(..).count())
+        })
+    });
+    g.bench_function("baseline_json_parse_of_the_payload", |b| {
+        b.iter(|| black_box(serde_json::from_str::<serde_json::Value>(black_box(payload)).unwrap()))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, parse, reassembly, splitting, dispatch, upstream);
 criterion_main!(benches);

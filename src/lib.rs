@@ -56,6 +56,7 @@ mod reassembly;
 mod text;
 pub mod time;
 pub mod uploads;
+pub mod upstream;
 pub mod wire;
 
 pub use agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptKind, PromptRequest, UserInfo};
