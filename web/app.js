@@ -18,7 +18,8 @@ let client = null;
 let status = { state: 'offline' };
 const bubbles = new Map(); // message / media id → .msg element
 const cards = new Map(); // prompt id → { el, card }
-const blobUrls = [];
+const owned = new WeakMap(); // .msg element → { key, urls }: its bubbles key and blob: URLs
+const MAX_ITEMS = 300; // bubbles and cards kept in #messages; the oldest go first
 
 // ---- storage (it may be unavailable: private modes) -------------------------------------
 
@@ -66,9 +67,10 @@ function fmtTime(d = new Date()) {
   return d.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
 }
 
-function blobUrl(blob) {
+// A blob: URL that lives as long as the bubble `owner`: it is revoked when that is dropped.
+function blobUrl(blob, owner) {
   const u = URL.createObjectURL(blob);
-  blobUrls.push(u);
+  owned.get(owner).urls.push(u);
   return u;
 }
 
@@ -152,7 +154,41 @@ function bubble(from, id, key = id) {
   m.append(meta);
   ui.messages.append(m);
   bubbles.set(key, m);
+  owned.set(m, { key, urls: [] });
+  trimMessages();
   return m;
+}
+
+// Removes a bubble or card: its blob: URLs are revoked and it leaves `bubbles` / `cards`.
+function dropItem(n) {
+  const o = owned.get(n);
+  if (o) {
+    for (const u of o.urls) URL.revokeObjectURL(u);
+    o.urls.length = 0;
+    if (bubbles.get(o.key) === n) bubbles.delete(o.key);
+  }
+  const c = n.dataset.promptId && cards.get(n.dataset.promptId);
+  if (c && c.el === n) cards.delete(n.dataset.promptId);
+  n.remove();
+}
+
+// At most MAX_ITEMS in #messages, so a long-open page does not grow for ever. Open cards
+// stay (they wait for an answer); the view does not jump when the user has scrolled up.
+function trimMessages() {
+  const box = ui.messages;
+  let extra = box.childElementCount - MAX_ITEMS;
+  if (extra <= 0) return;
+  const top = box.scrollTop;
+  const height = box.scrollHeight;
+  for (let n = box.firstElementChild; n && extra > 0;) {
+    const next = n.nextElementSibling;
+    if (!(n.classList.contains('card') && n.dataset.state === 'open')) {
+      dropItem(n);
+      extra--;
+    }
+    n = next;
+  }
+  box.scrollTop = top - (height - box.scrollHeight);
 }
 
 function mediaBubble(id) {
@@ -236,20 +272,23 @@ function onMedia({ detail: d }) {
     } else if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
       const img = el('img', 'media-image');
       img.alt = name;
-      img.src = blobUrl(new Blob([d.blob], { type: mime }));
+      img.src = blobUrl(new Blob([d.blob], { type: mime }), m);
       img.addEventListener('load', () => keepBottom(false, () => img.classList.toggle('tiny', img.naturalWidth < 64 && img.naturalHeight < 64)), { once: true });
-      img.addEventListener('error', () => img.replaceWith(downloadLink(d, name)), { once: true });
+      // Not decodable after all: the same URL (a raster type, never a document) as a download.
+      img.addEventListener('error', () => img.replaceWith(downloadLink(d, name, m, img.src)), { once: true });
       nodes.push(img);
-    } else if ((d.kind === 'voice' || d.kind === 'video' || d.kind === 'animation') && /^(audio|video)\//.test(mime)) {
+    } else if (['voice', 'video', 'animation', 'document'].includes(d.kind) && /^(audio|video)\//.test(mime)) {
       const video = mime.startsWith('video/');
       const media = el(video ? 'video' : 'audio', video ? 'media-video' : 'media-audio');
       media.controls = true;
       media.preload = 'metadata';
       if (video) media.playsInline = true;
-      media.src = blobUrl(new Blob([d.blob], { type: mime }));
+      media.src = blobUrl(new Blob([d.blob], { type: mime }), m);
       nodes.push(media);
+      // A document that is audio or video plays inline and can still be saved as a file.
+      if (d.kind === 'document') nodes.push(downloadLink(d, name, m, media.src));
     } else {
-      nodes.push(downloadLink(d, name));
+      nodes.push(downloadLink(d, name, m));
     }
     if (d.caption) {
       const t = el('div', 'msg-text');
@@ -263,9 +302,10 @@ function onMedia({ detail: d }) {
   client.ack(d.id);
 }
 
-function downloadLink(d, name) {
+// `href`: a blob: URL of this bubble to reuse; otherwise a new application/octet-stream one.
+function downloadLink(d, name, owner, href) {
   const a = el('a', 'media-download');
-  a.href = blobUrl(new Blob([d.blob], { type: 'application/octet-stream' }));
+  a.href = href || blobUrl(new Blob([d.blob], { type: 'application/octet-stream' }), owner);
   a.download = name;
   a.append(icon('file'), el('span', 'media-name', name), el('span', 'media-size', fmtSize(d.size)));
   return a;
@@ -330,6 +370,7 @@ function onPrompt({ detail: { card, repeat } }) {
     ui.messages.append(c);
     cards.set(card.id, { el: c, card });
     tickCard(cards.get(card.id));
+    trimMessages();
   });
 }
 
@@ -424,7 +465,12 @@ function renderStatus() {
 function onStatus({ detail }) {
   status = detail;
   renderStatus();
-  if (detail.state !== 'online') showTyping(false);
+  if (detail.state !== 'online') {
+    // Offline, the turn's states are stale: the avatar goes back to idle.
+    showTyping(false);
+    avatarQueue.length = 0;
+    queueAvatar('idle');
+  }
   if (detail.state === 'noaccess') {
     ui.pairError.textContent = `The gateway refused this token (${detail.code}). Paste the current token or open a new pairing link.`;
     ui.pairError.hidden = false;
@@ -558,7 +604,7 @@ function uploadFiles(files) {
     if (SAFE_IMAGE.test(f.type)) {
       const img = el('img', 'upload-preview');
       img.alt = '';
-      img.src = blobUrl(f);
+      img.src = blobUrl(f, m);
       nodes.unshift(img);
     }
     if (caption) nodes.push(el('div', 'msg-text', caption));
@@ -694,7 +740,7 @@ async function finishRecording(chunks, type) {
     const m = bubble('user', id);
     const audio = el('audio', 'own-audio');
     audio.controls = true;
-    audio.src = blobUrl(wav);
+    audio.src = blobUrl(wav, m);
     const label = el('div', 'voice-label');
     label.append(icon('mic'), `Voice message · ${Math.floor(secs / 60)}:${String(secs % 60).padStart(2, '0')}`);
     setBody(m, label, audio);
@@ -813,7 +859,16 @@ function stop() {
 function pair(token) {
   token = (token || '').trim();
   const m = /[#&]token=([^&\s]+)/.exec(token); // a pasted pairing link
-  if (m) token = decodeURIComponent(m[1]);
+  if (m) {
+    try {
+      token = decodeURIComponent(m[1]);
+    } catch {
+      ui.pairError.textContent = 'That link is not valid'; // a malformed %-escape
+      ui.pairError.hidden = false;
+      ui.tokenInput.focus();
+      return;
+    }
+  }
   if (!token) {
     ui.pairError.textContent = 'Paste the token first.';
     ui.pairError.hidden = false;
@@ -826,7 +881,10 @@ function pair(token) {
   start(token);
 }
 
-// `#token=…`: pair at once, then take the token out of the address bar (and history).
+// `#token=…`: pair at once, then take the token out of the address bar. replaceState also
+// rewrites this session history entry (Back does not bring the token back), but the URL as
+// first opened may stay in the browser's global history, which "Forget this device" does
+// not clear (a page cannot).
 function tokenFromFragment() {
   const h = location.hash;
   if (!/^#(.*&)?token=/.test(h)) return null;
@@ -840,7 +898,7 @@ function forget() {
   stop();
   store.del(KEY_TOKEN);
   store.del(KEY_DEVICE);
-  for (const u of blobUrls.splice(0)) URL.revokeObjectURL(u);
+  for (const n of [...ui.messages.children]) dropItem(n);
   ui.messages.replaceChildren();
   bubbles.clear();
   cards.clear();
@@ -862,17 +920,19 @@ $('pair-form').addEventListener('submit', (e) => {
 ui.forget.addEventListener('click', forget);
 ui.retry.addEventListener('click', () => {
   if (!client) return;
-  if (status.reason === 'replaced') client.connect();
+  if (client.replaced) client.connect();
   else client.reconnectNow();
 });
 window.addEventListener('hashchange', () => {
   const t = tokenFromFragment();
   if (t) pair(t);
 });
-window.addEventListener('online', () => client && client.reconnectNow());
+// The network is back: skip the backoff wait, but never take the device back from the tab
+// that replaced this one (H5); reconnectNow() refuses that too.
+window.addEventListener('online', () => client && !client.replaced && client.reconnectNow());
 document.addEventListener('visibilitychange', () => {
   // Another tab of this browser took the device over (H5); coming back takes it again.
-  if (document.visibilityState === 'visible' && client && status.reason === 'replaced' && status.state === 'offline') client.connect();
+  if (document.visibilityState === 'visible' && client && client.replaced) client.connect();
 });
 
 setInterval(() => {

@@ -6,7 +6,10 @@
 export const MAX_TEXT_CHARS = 12000; // G1: Unicode scalar values, never bytes
 export const MAX_MEDIA_BYTES = 8 * 1024 * 1024; // one file, both directions
 export const MAX_AUDIO_BYTES = 8 * 1024 * 1024;
-export const MEDIA_CHUNK_BYTES = 3 * 1024 * 1024; // U1: raw bytes per outgoing chunk
+export const MEDIA_CHUNK_BYTES = 3 * 1024 * 1024; // U1: the protocol's largest chunk (raw bytes)
+// What this client sends per chunk (U1: the gateway takes chunks of any size). One ws.send
+// per part: small parts let the keep-alive ping through on a slow link; 8 MiB is 16 parts.
+export const UPLOAD_PART_BYTES = 512 * 1024;
 export const MAX_MEDIA_PARTS = 2048;
 export const PROMPT_OPTIONS = {
   exec_approval: ['once', 'session', 'always', 'deny'],
@@ -163,7 +166,9 @@ export class HermesClient extends EventTarget {
     this._retryTimer = null;
     this._pingTimer = null;
     this._readyTimer = null;
-    this._lastRx = 0;
+    this._lastRx = 0; // the last sign of life: a frame received, or the send buffer draining
+    this._lastBuffered = 0;
+    this._replaced = false; // H5: dropped as `replaced`; only connect() opens again
     this._pingSeq = 0;
     this._fatal = null;
     this._outbox = []; // what the agent must get: text, audio, media, prompt answers
@@ -178,6 +183,7 @@ export class HermesClient extends EventTarget {
   /** Opens the connection (again). Resets the backoff. */
   connect() {
     this._stopped = false;
+    this._replaced = false;
     this._fatal = null;
     this._attempt = 0;
     clearTimeout(this._retryTimer);
@@ -185,9 +191,12 @@ export class HermesClient extends EventTarget {
     if (!this._ws) this._open();
   }
 
-  /** Skips the backoff wait when offline (e.g. the network came back). */
+  /**
+   * Skips the backoff wait when offline (e.g. the network came back). Does nothing after
+   * the device was taken over elsewhere (`replaced`, H5): only `connect()` takes it back.
+   */
   reconnectNow() {
-    if (this._stopped || this._ws || this.state === 'noaccess') return;
+    if (this._stopped || this._replaced || this._ws || this.state === 'noaccess') return;
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
     this._open();
@@ -208,6 +217,11 @@ export class HermesClient extends EventTarget {
     return this._isReady;
   }
 
+  /** True after the gateway closed this connection as `replaced`, until `connect()`. */
+  get replaced() {
+    return this._replaced;
+  }
+
   _setState(state, detail) {
     this.state = state;
     this._emit('status', { state, ...detail });
@@ -218,6 +232,7 @@ export class HermesClient extends EventTarget {
     const conn = ++this._conn;
     this._isReady = false;
     this._fatal = null;
+    this._lastBuffered = 0;
     this._setState('connecting', { attempt: this._attempt });
     let ws;
     try {
@@ -302,6 +317,7 @@ export class HermesClient extends EventTarget {
     }
     if (reason === 'replaced') {
       // H5: the same device id connected elsewhere (another tab). Fighting back would loop.
+      this._replaced = true;
       this._setState('offline', { reason: 'replaced', retryAt: 0, retryInMs: 0 });
       return;
     }
@@ -342,21 +358,23 @@ export class HermesClient extends EventTarget {
     clearInterval(this._pingTimer);
     this._pingTimer = setInterval(() => {
       if (conn !== this._conn) return;
+      this._alive(); // a big upload delays the pong; a draining send buffer is life too
       if (Date.now() - this._lastRx > this.opts.pingIntervalMs * 2 + 10000) {
         this._drop(conn, 0, 'silent'); // a dead TCP connection is noticed late by the browser
         return;
       }
       this._ping(); // keep-alive every 25 s (K1/K2)
     }, this.opts.pingIntervalMs);
-    // I1/I2: sent but unconfirmed messages of the last 60 s go again with the same ids; the
-    // gateway drops repeats. Older unconfirmed ones are reported as `unsent`.
+    // I1/I2: sent but unconfirmed messages active in the last 60 s (sent, or an upload still
+    // moving) go again with the same ids; the gateway drops repeats. Older unconfirmed ones
+    // are reported as `unsent`.
     const now = Date.now();
     for (const e of [...this._outbox]) {
-      const recent = e.firstSentAt && now - e.firstSentAt <= this.opts.resendWindowMs;
+      const recent = e.activeAt && now - e.activeAt <= this.opts.resendWindowMs;
       if (e.confirmed) {
         if (this.opts.resendConfirmed && recent) e.confirmed = false;
         else this._remove(e);
-      } else if (e.firstSentAt && !recent) {
+      } else if (e.activeAt && !recent) {
         this._remove(e);
         this._emit('unsent', { id: e.id, type: e.type });
       }
@@ -597,7 +615,7 @@ export class HermesClient extends EventTarget {
     e.conn = 0;
     e.done = false;
     e.confirmed = false;
-    e.firstSentAt = 0;
+    e.activeAt = 0; // the last send or upload progress: the re-send window counts from it
     this._outbox.push(e);
     this._emit('queued', { id: e.id, type: e.type, online: this._isReady });
     this._pump();
@@ -626,7 +644,7 @@ export class HermesClient extends EventTarget {
         if (!e) break;
         e.conn = conn;
         e.done = false;
-        if (!e.firstSentAt) e.firstSentAt = Date.now();
+        e.activeAt = Date.now();
         let ok;
         try {
           ok = await this._transmit(e, conn);
@@ -656,14 +674,15 @@ export class HermesClient extends EventTarget {
       if (e.text) frame.text = e.text;
       return this._sendRaw(frame);
     }
-    // U1: up to 3 MiB of raw bytes per chunk, the same id on every chunk.
+    // U1: UPLOAD_PART_BYTES of raw bytes per chunk, the same id on every chunk.
     const size = e.blob.size;
-    const parts = Math.max(1, Math.ceil(size / MEDIA_CHUNK_BYTES));
+    const step = Math.max(UPLOAD_PART_BYTES, Math.ceil(size / MAX_MEDIA_PARTS));
+    const parts = Math.max(1, Math.ceil(size / step));
     const frameBytes = Math.ceil(size / 3) * 4 + parts * 300;
     let queued = 0;
     this._progress(e, 0, size);
     for (let part = 0; part < parts; part++) {
-      const raw = new Uint8Array(await e.blob.slice(part * MEDIA_CHUNK_BYTES, (part + 1) * MEDIA_CHUNK_BYTES).arrayBuffer());
+      const raw = new Uint8Array(await e.blob.slice(part * step, (part + 1) * step).arrayBuffer());
       if (conn !== this._conn || e.rejected) return false;
       const frame = { t: 'media', id: e.id, kind: e.kind, mime: e.mime, filename: e.filename, data: bytesToBase64(raw), part, parts };
       if (e.caption) frame.caption = e.caption;
@@ -673,15 +692,29 @@ export class HermesClient extends EventTarget {
       ws.send(text);
       queued += text.length;
       // Progress follows the socket's send buffer; the next chunk waits for it to drain.
+      let last = -1;
       for (;;) {
         if (conn !== this._conn || e.rejected) return false;
         const sent = Math.max(0, queued - ws.bufferedAmount);
-        this._progress(e, Math.min(size, Math.round((sent / frameBytes) * size)), size);
+        if (sent > last) {
+          last = sent;
+          e.activeAt = Date.now();
+          this._alive();
+          this._progress(e, Math.min(size, Math.round((sent / frameBytes) * size)), size);
+        }
         if (ws.bufferedAmount < 256 * 1024) break;
         await sleep(40);
       }
     }
     return true;
+  }
+
+  // The send buffer went down since the last look: bytes are leaving, so the connection
+  // lives even when the pong is stuck behind a big upload on a slow link.
+  _alive() {
+    const b = this._ws ? this._ws.bufferedAmount : 0;
+    if (b < this._lastBuffered) this._lastRx = Math.max(this._lastRx, Date.now());
+    this._lastBuffered = b;
   }
 
   _progress(e, loaded, total) {

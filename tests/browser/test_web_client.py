@@ -62,6 +62,13 @@ def test_pair_by_typing_the_token(app):
     page = app.page
     app.open()
     expect(page.locator("#pair")).to_be_visible()
+    # A pasted link with a broken %-escape is refused in the page (no exception).
+    page.locator("#token-input").fill(f"{app.gateway.base}/#token=%E0%A4%A")
+    page.locator("#pair-button").click()
+    expect(page.locator("#pair-error")).to_be_visible()
+    expect(page.locator("#pair-error")).to_have_text("That link is not valid")
+    expect(page.locator("#pair")).to_be_visible()
+    assert app.errors == [] and app.sockets == [], (app.errors, app.sockets)
     page.locator("#token-input").fill(TOKEN)
     page.locator("#pair-button").click()
     app.expect_online()
@@ -265,6 +272,10 @@ def test_upload_5mib_and_download_it_back(app, tmp_path):
     expect(upload).to_have_attribute("data-state", "done", timeout=30_000)
     assert upload.locator("progress").evaluate("p => p.value") == 100
     assert upload.locator("progress").get_attribute("max") == "100"
+    # The bar moved through the upload (512 KiB parts: many steps) and never went back.
+    progress = page.evaluate("window.__progress")
+    assert [v for v in progress if 0 < v < 100], f"no value between 0 and 100: {progress}"
+    assert all(a <= b for a, b in zip(progress, progress[1:])), f"the progress went back: {progress}"
     app.agent_text(f"got document five.bin ({5 * MIB} bytes, application/octet-stream)", timeout=30_000)
     link = page.locator('.msg[data-from="agent"] a.media-download')
     expect(link).to_have_count(1, timeout=30_000)
@@ -280,6 +291,11 @@ def test_upload_5mib_and_download_it_back(app, tmp_path):
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(data).hexdigest()
     media = [f for f in app.sent if f.get("t") == "media"]
     assert media and all(f.get("kind") == "document" for f in media)
+    # Sent in 512 KiB parts (one WebSocket frame each), all under one id.
+    assert len(media) == 10 and {f.get("parts") for f in media} == {10}, [(f.get("part"), f.get("parts")) for f in media]
+    assert sorted(f.get("part") for f in media) == list(range(10))
+    assert len({f.get("id") for f in media}) == 1
+    assert all(len(base64.b64decode(f["data"])) <= 512 * 1024 for f in media)
 
 
 def test_image_shown_inline(app):
@@ -357,6 +373,9 @@ def test_server_restart_mid_conversation(make_app, own_server):
     app.pair_by_link()
     app.send("before the restart")
     app.agent_text("echo: before the restart")
+    # Confirmed (the pong after it came) before the gateway stops: no re-send race.
+    confirmed = user_bubbles(page).filter(has_text="before the restart")
+    expect(confirmed).to_have_attribute("data-final", "true")
 
     gw.stop()
     expect(page.locator("#status")).to_have_attribute("data-state", re.compile("offline|connecting"))
@@ -406,15 +425,62 @@ def test_csp_and_headers(server):
             assert r.headers.get("X-Content-Type-Options") == "nosniff", path
 
 
+AVATAR_LABELS = {"idle": "Hermes is idle", "thinking": "Hermes is thinking", "speaking": "Hermes is speaking"}
+
+
+def expect_avatar(doc, state):
+    """`doc` (a Page or FrameLocator) shows the avatar in `state`: attribute and label."""
+    expect(doc.locator("html")).to_have_attribute("data-state", state)
+    expect(doc.locator("#avatar-label")).to_have_text(AVATAR_LABELS[state])
+
+
 def test_avatar_page(make_app, server):
     app = make_app(server)
     page = app.page
     page.goto(server.base + "/avatar/")
     page.wait_for_function("() => window.hermesAvatar && typeof window.hermesAvatar.set === 'function'")
-    for state in ("thinking", "speaking", "idle"):
-        page.evaluate("s => window.hermesAvatar.set(s)", state)
+    expect_avatar(page, "idle")
+    for state in ("thinking", "speaking", "idle", "speaking"):
+        assert page.evaluate("s => window.hermesAvatar.set(s)", state) == state
+        expect_avatar(page, state)
+        assert page.evaluate("window.hermesAvatar.get()") == state
+    # An unknown state is shown as idle (M3).
+    assert page.evaluate("() => window.hermesAvatar.set('dancing')") == "idle"
+    expect_avatar(page, "idle")
+    # postMessage, as an object and as a JSON string (React Native's WebView).
     page.evaluate("() => window.postMessage({avatar: 'thinking'}, '*')")
-    page.wait_for_timeout(300)
+    expect_avatar(page, "thinking")
+    page.evaluate("""() => window.postMessage('{"avatar": "speaking"}', '*')""")
+    expect_avatar(page, "speaking")
+    page.evaluate("() => window.postMessage({avatar: 'bogus'}, '*')")
+    expect_avatar(page, "idle")
+    page.goto(server.base + "/avatar/?state=thinking")
+    expect_avatar(page, "thinking")
+
+    # In the chat page the embedded avatar (#avatar-frame) follows #avatar-state in a turn.
+    chat = make_app(server)
+    page = chat.page
+    chat.pair_by_link()
+    frame_el = page.locator("#avatar-frame")
+    frame = frame_el.element_handle().content_frame()
+    frame.wait_for_function("() => window.hermesAvatar && typeof window.hermesAvatar.set === 'function'")
+    shown = page.frame_locator("#avatar-frame")
+    expect_avatar(shown, "idle")
+    frame.evaluate(
+        """() => { window.__states = [window.hermesAvatar.get()];
+        window.hermesAvatar.onChange((s) => window.__states.push(s)); }"""
+    )
+    page.evaluate(RECORDER_JS)
+    chat.send("hi")
+    chat.agent_text("echo: hi")
+    expect(page.locator("#avatar-state")).to_have_attribute("data-state", "idle", timeout=8_000)
+    expect_avatar(shown, "idle")
+    in_page = [s for s, _ in page.evaluate("window.__rec.avatar")]
+    in_frame = frame.evaluate("window.__states")
+    assert in_frame == in_page, f"the frame showed {in_frame}, #avatar-state {in_page}"
+    i = in_frame.index("thinking")
+    j = in_frame.index("speaking", i)
+    assert "idle" in in_frame[j:], in_frame
 
 
 # -- the docs' screenshots -------------------------------------------------------------
