@@ -160,3 +160,50 @@ proptest! {
         let _ = p.eof(&mut out);
     }
 }
+
+mod coalescing {
+    use hermes_mobile::upstream::Coalescer;
+    use hermes_mobile::Time;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    proptest! {
+        /// issue 11: a 2,000-delta answer reaches the phone as at most one edit per
+        /// interval plus the final version, and the final text is exact.
+        #[test]
+        fn many_deltas_become_few_edits_and_the_exact_final_text(
+            gaps in prop::collection::vec(0u64..40, 2000),
+            interval_ms in 50u64..1000,
+        ) {
+            let interval = Duration::from_millis(interval_ms);
+            let mut c = Coalescer::new(interval);
+            let mut now = 1_000u64;
+            let mut sent: Vec<(u64, String)> = Vec::new();
+            let mut expected = String::new();
+            for (i, gap) in gaps.iter().enumerate() {
+                now += gap;
+                // The timer the caller armed fires first if it is due.
+                if let Some(due) = c.due_at() {
+                    let due = due.as_millis().max(now - gap);
+                    if due <= now {
+                        if let Some(v) = c.poll(Time::from_millis(due)) {
+                            sent.push((due, v.to_owned()));
+                        }
+                    }
+                }
+                let delta = format!("w{i} ");
+                expected.push_str(&delta);
+                if let Some(v) = c.push(Time::from_millis(now), &delta) {
+                    sent.push((now, v.to_owned()));
+                }
+            }
+            for pair in sent.windows(2) {
+                prop_assert!(pair[1].0 - pair[0].0 >= interval_ms, "edits {} ms apart", pair[1].0 - pair[0].0);
+                prop_assert!(pair[1].1.starts_with(&pair[0].1), "a later version extends the earlier one");
+            }
+            let span = now - 1_000;
+            prop_assert!(sent.len() as u64 <= span / interval_ms + 1);
+            prop_assert_eq!(c.finish(), expected);
+        }
+    }
+}
