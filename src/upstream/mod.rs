@@ -5,10 +5,12 @@
 
 pub mod coalesce;
 pub mod history;
+pub mod openai;
 pub mod response;
 pub mod sse;
 
 pub use coalesce::{Coalescer, DEFAULT_EDIT_INTERVAL};
 pub use history::{History, Turn};
+pub use openai::{parse_stream_data, status_outcome, ChatRequest, Endpoint, Retry, StreamItem};
 pub use response::{ResponseError, ResponseEvent, ResponseHead, ResponseParser};
 pub use sse::{SseDecoder, SseEvent, SseItem, SseTooLong};

@@ -1,0 +1,346 @@
+//! The OpenAI-compatible chat-completions API, as bytes (issue 11): the endpoint from
+//! `MOBILE_AGENT=openai:<base URL>`, the streaming request, the `data:` payloads of its
+//! event stream, and what the phone is told when the upstream refuses.
+//!
+//! Everything a peer or the owner typed that goes into a request head (the host, the
+//! model is in the body, the key and extra headers) is checked for CR, LF and NUL first,
+//! so nothing can add a header line. The key is never part of a `Debug` output.
+
+use serde_json::Value;
+
+/// Where the API lives: `http(s)://host[:port][/base path]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub tls: bool,
+    /// A host name, an IPv4 address, or an IPv6 address without brackets.
+    pub host: String,
+    pub port: u16,
+    /// The base path without a trailing slash (`/v1`), or empty.
+    pub base_path: String,
+}
+
+impl Endpoint {
+    pub fn parse(url: &str) -> Result<Endpoint, String> {
+        let url = url.trim();
+        let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+            (true, r)
+        } else if let Some(r) = url.strip_prefix("http://") {
+            (false, r)
+        } else {
+            return Err(format!("{url:?} must start with http:// or https://"));
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(at) => (&rest[..at], &rest[at..]),
+            None => (rest, ""),
+        };
+        if authority.contains('@') {
+            return Err("credentials in the URL are not supported: use MOBILE_AGENT_KEY".into());
+        }
+        let default_port = if tls { 443 } else { 80 };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, after) = v6.split_once(']').ok_or("an IPv6 address needs its closing ]")?;
+            match after.strip_prefix(':') {
+                Some(p) => (host, port_of(p)?),
+                None if after.is_empty() => (host, default_port),
+                None => return Err(format!("unexpected {after:?} after the address")),
+            }
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (h, port_of(p)?),
+                None => (authority, default_port),
+            }
+        };
+        let host_ok = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'_'));
+        if !host_ok {
+            return Err(format!("{host:?} is not a host name or address"));
+        }
+        if path
+            .bytes()
+            .any(|b| b.is_ascii_control() || b == b' ' || b == b'?' || b == b'#')
+        {
+            return Err("the base path may not hold spaces, control characters, ? or #".into());
+        }
+        Ok(Endpoint {
+            tls,
+            host: host.to_ascii_lowercase(),
+            port,
+            base_path: path.trim_end_matches('/').to_owned(),
+        })
+    }
+
+    /// The `Host` header's value.
+    pub fn host_header(&self) -> String {
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
+        let default_port = if self.tls { 443 } else { 80 };
+        if self.port == default_port {
+            host
+        } else {
+            format!("{host}:{}", self.port)
+        }
+    }
+}
+
+fn port_of(p: &str) -> Result<u16, String> {
+    match p.parse::<u16>() {
+        Ok(0) | Err(_) => Err(format!("{p:?} is not a port")),
+        Ok(port) => Ok(port),
+    }
+}
+
+/// Whether `value` may go into a header line as is.
+pub fn header_safe(value: &str) -> bool {
+    !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
+}
+
+/// A streaming chat-completions request.
+pub struct ChatRequest<'a> {
+    pub endpoint: &'a Endpoint,
+    pub model: &'a str,
+    /// Sent as `Authorization: Bearer …`.
+    pub key: Option<&'a str>,
+    /// Extra headers (`X-Hermes-Session-Id`, a proxy's), already checked.
+    pub headers: &'a [(String, String)],
+    pub messages: Vec<Value>,
+    pub temperature: Option<f64>,
+}
+
+impl std::fmt::Debug for ChatRequest<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatRequest")
+            .field("endpoint", self.endpoint)
+            .field("model", &self.model)
+            .field("key", &self.key.map(|_| "<redacted>"))
+            .field("messages", &self.messages.len())
+            .finish()
+    }
+}
+
+impl ChatRequest<'_> {
+    /// The whole HTTP/1.1 request. Err when a header value holds CR, LF or NUL.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, &'static str> {
+        let mut body = serde_json::json!({
+            "model": self.model,
+            "messages": self.messages,
+            "stream": true,
+        });
+        if let Some(t) = self.temperature {
+            body["temperature"] = serde_json::json!(t);
+        }
+        let body = body.to_string();
+        let mut head = format!(
+            "POST {}/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: hermes-mobile/{}\r\n",
+            self.endpoint.base_path,
+            self.endpoint.host_header(),
+            body.len(),
+            env!("CARGO_PKG_VERSION"),
+        );
+        if let Some(key) = self.key {
+            if !header_safe(key) {
+                return Err("the API key holds a line break");
+            }
+            head.push_str(&format!("Authorization: Bearer {key}\r\n"));
+        }
+        for (name, value) in self.headers {
+            let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+            if !name_ok || !header_safe(value) {
+                return Err("an extra header is not a valid header line");
+            }
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body.as_bytes());
+        Ok(out)
+    }
+}
+
+/// One `data:` payload of the stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamItem {
+    /// Text to add to the reply (may be empty: a role-only first chunk).
+    Delta(String),
+    /// `finish_reason` arrived (`stop`, `length`, …).
+    Finished(String),
+    /// `data: [DONE]`: the stream is over.
+    Done,
+    /// The server reported an error inside the stream.
+    Error(String),
+    /// Not JSON, or not a chat-completion chunk: skipped (and logged by the caller).
+    Malformed,
+}
+
+/// Reads one `data:` payload.
+pub fn parse_stream_data(data: &str) -> StreamItem {
+    let data = data.trim();
+    if data == "[DONE]" {
+        return StreamItem::Done;
+    }
+    let Ok(v) = serde_json::from_str::<Value>(data) else {
+        return StreamItem::Malformed;
+    };
+    if let Some(err) = v.get("error") {
+        let message = err
+            .get("message")
+            .and_then(Value::as_str)
+            .or_else(|| err.as_str())
+            .unwrap_or("the model server reported an error");
+        return StreamItem::Error(message.chars().take(300).collect());
+    }
+    let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
+        return StreamItem::Malformed;
+    };
+    if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        let text = choice.pointer("/delta/content").and_then(Value::as_str).unwrap_or("");
+        if text.is_empty() {
+            return StreamItem::Finished(reason.to_owned());
+        }
+    }
+    match choice.pointer("/delta/content") {
+        Some(Value::String(s)) => StreamItem::Delta(s.clone()),
+        Some(Value::Null) | None => StreamItem::Delta(String::new()),
+        Some(_) => StreamItem::Malformed,
+    }
+}
+
+/// Whether a failed request may be tried again (nothing of the reply was shown yet).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    No,
+    /// After this many seconds (429 with `Retry-After`).
+    After(u64),
+    /// With the caller's backoff (502, 503).
+    Backoff,
+}
+
+/// What the phone is told for an error status, and whether to retry.
+pub fn status_outcome(status: u16, retry_after: Option<&str>) -> (String, Retry) {
+    let secs = retry_after.and_then(|v| v.trim().parse::<u64>().ok());
+    match status {
+        401 | 403 => (
+            "The model server refused the API key (check MOBILE_AGENT_KEY).".into(),
+            Retry::No,
+        ),
+        404 => (
+            "The model server does not know this model or path (check MOBILE_AGENT_MODEL and the URL).".into(),
+            Retry::No,
+        ),
+        429 => (
+            "The model server is busy (too many requests); try again in a moment.".into(),
+            secs.map_or(Retry::Backoff, |s| Retry::After(s.min(120))),
+        ),
+        502..=504 => (
+            "The model server is not answering right now; try again soon.".into(),
+            Retry::Backoff,
+        ),
+        s => (
+            format!("The model server answered with an error ({s}); try again."),
+            Retry::No,
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_parse_with_defaults_ports_and_ipv6() {
+        let e = Endpoint::parse("http://192.168.1.20:11434/v1/").unwrap();
+        assert_eq!(
+            (e.tls, e.host.as_str(), e.port, e.base_path.as_str()),
+            (false, "192.168.1.20", 11434, "/v1")
+        );
+        assert_eq!(e.host_header(), "192.168.1.20:11434");
+        let e = Endpoint::parse("https://API.example.com/v1").unwrap();
+        assert_eq!(
+            (e.tls, e.port, e.host_header().as_str()),
+            (true, 443, "api.example.com")
+        );
+        let e = Endpoint::parse("http://[::1]:8642").unwrap();
+        assert_eq!(
+            (e.host.as_str(), e.port, e.host_header().as_str()),
+            ("::1", 8642, "[::1]:8642")
+        );
+        for bad in [
+            "ftp://x",
+            "http://",
+            "http://a b/",
+            "http://x:0/",
+            "http://u:p@x/",
+            "http://x/v1?q",
+            "http://x\r\n/",
+        ] {
+            assert!(Endpoint::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_request_streams_and_refuses_header_injection() {
+        let e = Endpoint::parse("http://127.0.0.1:8642/v1").unwrap();
+        let headers = vec![("X-Hermes-Session-Id".to_owned(), "mobile:tel-1".to_owned())];
+        let req = ChatRequest {
+            endpoint: &e,
+            model: "m",
+            key: Some("sk-secret"),
+            headers: &headers,
+            messages: vec![serde_json::json!({"role": "user", "content": "hi"})],
+            temperature: Some(0.5),
+        };
+        let bytes = String::from_utf8(req.to_bytes().unwrap()).unwrap();
+        assert!(bytes.starts_with("POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1:8642\r\n"));
+        assert!(
+            bytes.contains("Authorization: Bearer sk-secret\r\n")
+                && bytes.contains("X-Hermes-Session-Id: mobile:tel-1\r\n")
+        );
+        let (head, body) = bytes.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        let body: Value = serde_json::from_str(body).unwrap();
+        assert_eq!(body["stream"], true);
+        assert!(!format!("{req:?}").contains("sk-secret"), "the key stays out of Debug");
+        let bad = ChatRequest {
+            key: Some("k\r\nX-Evil: 1"),
+            ..req
+        };
+        assert!(bad.to_bytes().is_err());
+    }
+
+    #[test]
+    fn stream_payloads() {
+        assert_eq!(
+            parse_stream_data(r#"{"choices":[{"delta":{"content":" word"},"finish_reason":null}]}"#),
+            StreamItem::Delta(" word".into())
+        );
+        assert_eq!(
+            parse_stream_data(r#"{"choices":[{"delta":{"role":"assistant"}}]}"#),
+            StreamItem::Delta(String::new())
+        );
+        assert_eq!(
+            parse_stream_data(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#),
+            StreamItem::Finished("stop".into())
+        );
+        assert_eq!(parse_stream_data(" [DONE] "), StreamItem::Done);
+        assert_eq!(
+            parse_stream_data(r#"{"error":{"message":"overloaded"}}"#),
+            StreamItem::Error("overloaded".into())
+        );
+        assert_eq!(parse_stream_data("{not json"), StreamItem::Malformed);
+        assert_eq!(parse_stream_data(r#"{"object":"x"}"#), StreamItem::Malformed);
+    }
+
+    #[test]
+    fn statuses_become_one_useful_sentence() {
+        assert!(status_outcome(401, None).0.contains("API key"));
+        assert!(status_outcome(404, None).0.contains("model"));
+        assert_eq!(status_outcome(429, Some("7")).1, Retry::After(7));
+        assert_eq!(status_outcome(429, None).1, Retry::Backoff);
+        assert_eq!(status_outcome(502, None).1, Retry::Backoff);
+        assert_eq!(status_outcome(500, None).1, Retry::No);
+    }
+}
