@@ -4,13 +4,18 @@
 //! conversation. Bytes in, events out; no sockets, no clock (time is passed in).
 
 pub mod coalesce;
+pub mod hermes_runs;
 pub mod history;
 pub mod openai;
 pub mod response;
 pub mod sse;
 
 pub use coalesce::{Coalescer, DEFAULT_EDIT_INTERVAL};
+pub use hermes_runs::{parse_run_event, parse_run_started, RunEvent, RunId};
 pub use history::{History, Turn};
-pub use openai::{parse_stream_data, status_outcome, ChatRequest, Endpoint, Retry, StreamItem};
+pub use openai::{
+    media_path_allowed, parse_stream_data, request_bytes, status_outcome, take_media_tags, ChatRequest, Endpoint,
+    Retry, StreamItem,
+};
 pub use response::{ResponseError, ResponseEvent, ResponseHead, ResponseParser};
 pub use sse::{SseDecoder, SseEvent, SseItem, SseTooLong};

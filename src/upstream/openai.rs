@@ -133,32 +133,105 @@ impl ChatRequest<'_> {
         if let Some(t) = self.temperature {
             body["temperature"] = serde_json::json!(t);
         }
-        let body = body.to_string();
-        let mut head = format!(
-            "POST {}/chat/completions HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\nUser-Agent: hermes-mobile/{}\r\n",
-            self.endpoint.base_path,
-            self.endpoint.host_header(),
-            body.len(),
-            env!("CARGO_PKG_VERSION"),
-        );
-        if let Some(key) = self.key {
-            if !header_safe(key) {
-                return Err("the API key holds a line break");
-            }
-            head.push_str(&format!("Authorization: Bearer {key}\r\n"));
-        }
-        for (name, value) in self.headers {
-            let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-            if !name_ok || !header_safe(value) {
-                return Err("an extra header is not a valid header line");
-            }
-            head.push_str(&format!("{name}: {value}\r\n"));
-        }
-        head.push_str("\r\n");
-        let mut out = head.into_bytes();
-        out.extend_from_slice(body.as_bytes());
-        Ok(out)
+        let path = format!("{}/chat/completions", self.endpoint.base_path);
+        request_bytes(
+            "POST",
+            &path,
+            self.endpoint,
+            self.key,
+            self.headers,
+            Some(&body.to_string()),
+            "text/event-stream",
+        )
     }
+}
+
+/// An HTTP/1.1 request to `endpoint`: one connection per request (`Connection: close`),
+/// a JSON body if any. Err when the key or an extra header could add a header line.
+pub fn request_bytes(
+    method: &str,
+    path: &str,
+    endpoint: &Endpoint,
+    key: Option<&str>,
+    headers: &[(String, String)],
+    body: Option<&str>,
+    accept: &str,
+) -> Result<Vec<u8>, &'static str> {
+    if !header_safe(path) || path.contains(' ') {
+        return Err("the request path holds a space or a line break");
+    }
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {}\r\nAccept: {accept}\r\nConnection: close\r\nUser-Agent: hermes-mobile/{}\r\n",
+        endpoint.host_header(),
+        env!("CARGO_PKG_VERSION"),
+    );
+    if let Some(body) = body {
+        head.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    if let Some(key) = key {
+        if !header_safe(key) {
+            return Err("the API key holds a line break");
+        }
+        head.push_str(&format!("Authorization: Bearer {key}\r\n"));
+    }
+    for (name, value) in headers {
+        let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !name_ok || !header_safe(value) {
+            return Err("an extra header is not a valid header line");
+        }
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("\r\n");
+    let mut out = head.into_bytes();
+    out.extend_from_slice(body.unwrap_or("").as_bytes());
+    Ok(out)
+}
+
+/// Takes `MEDIA:/absolute/path` tags out of an agent's text (Hermes writes them on a
+/// line of their own, or after other words). Returns the text without them and the
+/// paths, in order. A tag whose path is not absolute is left in the text.
+pub fn take_media_tags(text: &str) -> (String, Vec<String>) {
+    let mut paths = Vec::new();
+    let mut kept = Vec::new();
+    for line in text.split('\n') {
+        let mut rest = line;
+        let mut clean = String::new();
+        while let Some(at) = rest.find("MEDIA:") {
+            let after = &rest[at + "MEDIA:".len()..];
+            let end = after.find(char::is_whitespace).unwrap_or(after.len());
+            let path = after[..end].trim_matches(|c| c == '`' || c == '"' || c == '\'');
+            if path.starts_with('/') {
+                clean.push_str(&rest[..at]);
+                paths.push(path.to_owned());
+            } else {
+                clean.push_str(&rest[..at + "MEDIA:".len()]);
+                clean.push_str(&after[..end]);
+            }
+            rest = &after[end..];
+        }
+        clean.push_str(rest);
+        if clean.trim().is_empty() && clean.len() != line.len() {
+            continue; // a line that held only tags
+        }
+        kept.push(clean.trim_end().to_owned());
+    }
+    (kept.join("\n").trim().to_owned(), paths)
+}
+
+/// Whether `path` lies inside one of `dirs` (`MOBILE_AGENT_MEDIA_DIRS`), judged on the
+/// text: absolute, no `.` or `..` component, and under a listed directory. The caller
+/// still opens it with the file worker's checks (a regular file, at most 8 MiB); a
+/// symbolic link inside an allowed directory is followed, as the owner put it there.
+pub fn media_path_allowed(path: &str, dirs: &[String]) -> bool {
+    let clean = path.starts_with('/') && !path.split('/').any(|c| c == ".." || c == ".");
+    clean
+        && dirs.iter().any(|d| {
+            let d = d.trim_end_matches('/');
+            !d.is_empty() && path.len() > d.len() && path.starts_with(d) && path.as_bytes()[d.len()] == b'/'
+        })
 }
 
 /// One `data:` payload of the stream.
@@ -309,6 +382,35 @@ mod tests {
             ..req
         };
         assert!(bad.to_bytes().is_err());
+    }
+
+    #[test]
+    fn media_tags_are_taken_out_of_the_text() {
+        let (text, paths) = take_media_tags("Here is your chart.\nMEDIA:/tmp/chart.png\nAnd MEDIA:/home/me/a.pdf too");
+        assert_eq!(paths, ["/tmp/chart.png", "/home/me/a.pdf"]);
+        assert_eq!(text, "Here is your chart.\nAnd  too");
+        let (text, paths) = take_media_tags("MEDIA:relative.png stays");
+        assert!(paths.is_empty());
+        assert_eq!(text, "MEDIA:relative.png stays");
+    }
+
+    #[test]
+    fn media_paths_must_lie_inside_an_allowed_directory() {
+        let dirs = vec!["/home/me/out/".to_owned()];
+        assert!(media_path_allowed("/home/me/out/a.png", &dirs));
+        for bad in [
+            "/home/me/outside.png",
+            "/home/me/out",
+            "/home/me/out/../secret",
+            "relative.png",
+            "/etc/passwd",
+        ] {
+            assert!(!media_path_allowed(bad, &dirs), "{bad}");
+        }
+        assert!(
+            !media_path_allowed("/home/me/out/a.png", &[]),
+            "nothing is allowed by default"
+        );
     }
 
     #[test]
