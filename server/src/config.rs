@@ -186,12 +186,6 @@ pub struct ServerConfig {
     pub web_dir: Option<String>,
 }
 
-impl ServerConfig {
-    pub fn web_dir(&self) -> Option<&str> {
-        self.web_dir.as_deref()
-    }
-}
-
 /// `demo`, `exec:<command line>`, `link` or `link:<socket path>`.
 fn agent_kind(value: &str) -> Result<AgentKind, String> {
     let value = value.trim();

@@ -176,7 +176,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     // L43: the token in the pairing link only when it was just created, as C3 shows it.
     let token = show_token.then(|| config.core.token.clone());
     let web = config.web.is_some();
-    match (&config.web, config.web_dir()) {
+    match (&config.web, config.web_dir.as_deref()) {
         (Some(w), Some(dir)) => log::info!("web client: {} bytes read from {}", w.size(), dir),
         (Some(w), None) => log::info!("web client: {} bytes built in, at / and /avatar/", w.size()),
         (None, _) => log::info!("web client: off (MOBILE_WEB=off)"),

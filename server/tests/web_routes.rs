@@ -221,7 +221,8 @@ fn start_up_output(state: &std::path::Path) -> (String, String) {
 
 #[test]
 fn start_up_shows_the_pairing_link_only_for_a_new_token_and_never_logs_it() {
-    // L43: the link with the token is shown when the token is created (C3), on stdout.
+    // L43: the link with the token is shown when the token is created (C3), on stdout;
+    // never through the log (H1).
     let state = temp_dir("newtoken");
     let (stdout, stderr) = start_up_output(&state);
     let token = std::fs::read_to_string(state.join("token")).unwrap().trim().to_owned();
