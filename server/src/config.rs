@@ -98,7 +98,85 @@ pub const SETTINGS: &[Setting] = &[
         flag: "--agent",
         env: "MOBILE_AGENT",
         default: "demo",
-        help: "the agent: demo, exec:<command line> (a child speaking docs/agent-protocol.md on stdin/stdout), link[:<socket path>] (agents connect to a Unix socket, default <state dir>/agent.sock)",
+        help: "the agent: demo, exec:<command line> (a child speaking docs/agent-protocol.md on stdin/stdout), link[:<socket path>] (agents connect to a Unix socket, default <state dir>/agent.sock), openai:<base URL> (an OpenAI-compatible server), hermes:<base URL> (Hermes' runs API with approvals); docs/http-agents.md",
+    },
+    Setting {
+        flag: "--agent-model",
+        env: "MOBILE_AGENT_MODEL",
+        default: "",
+        help: "openai:/hermes: the model name the server knows (needed for openai:)",
+    },
+    Setting {
+        flag: "",
+        env: "MOBILE_AGENT_KEY",
+        default: "",
+        help: "openai:/hermes: the API key, sent as a Bearer token; from the environment only, never logged or shown",
+    },
+    Setting {
+        flag: "--agent-system",
+        env: "MOBILE_AGENT_SYSTEM",
+        default: "",
+        help: "openai:/hermes: the system prompt; @/path/file reads it from a file",
+    },
+    Setting {
+        flag: "--agent-temperature",
+        env: "MOBILE_AGENT_TEMPERATURE",
+        default: "",
+        help: "openai: the sampling temperature (0 to 2); unset: the server's default",
+    },
+    Setting {
+        flag: "--agent-headers",
+        env: "MOBILE_AGENT_HEADERS",
+        default: "",
+        help: "openai:/hermes: extra headers, 'Name: value' separated by ';' or newlines; {device} and {conversation} are filled in",
+    },
+    Setting {
+        flag: "--agent-vision",
+        env: "MOBILE_AGENT_VISION",
+        default: "0",
+        help: "openai:/hermes: 1 sends photos to the model as images; 0 as a short note",
+    },
+    Setting {
+        flag: "--agent-media-dirs",
+        env: "MOBILE_AGENT_MEDIA_DIRS",
+        default: "",
+        help: "openai:/hermes: folders whose files a MEDIA:/path tag may send to the phone, comma-separated; empty: none",
+    },
+    Setting {
+        flag: "--agent-ca-file",
+        env: "MOBILE_AGENT_CA_FILE",
+        default: "",
+        help: "https agents: PEM certificates trusted besides the system's (a self-signed home server)",
+    },
+    Setting {
+        flag: "--agent-edit-interval",
+        env: "MOBILE_AGENT_EDIT_INTERVAL",
+        default: "0.3",
+        help: "openai:/hermes: seconds between two edits of a streamed reply",
+    },
+    Setting {
+        flag: "--agent-history",
+        env: "MOBILE_AGENT_HISTORY",
+        default: "24000,40",
+        help: "openai:/hermes: a conversation's bound in characters,messages (oldest dropped first)",
+    },
+    Setting {
+        flag: "--agent-approval-ttl",
+        env: "MOBILE_AGENT_APPROVAL_TTL",
+        default: "300",
+        help: "hermes: seconds an approval card lives (Hermes' approvals.timeout); unanswered means deny",
+    },
+    Setting {
+        flag: "--agent-concurrency",
+        env: "MOBILE_AGENT_CONCURRENCY",
+        default: "4",
+        help: "openai:/hermes: turns talking to the backend at once; more wait",
+    },
+    Setting {
+        flag: "--agent-timeouts",
+        env: "MOBILE_AGENT_TIMEOUTS",
+        default: "10,120,120",
+        help: "openai:/hermes: seconds for connect, first byte, and idle between events (keepalives count)",
     },
     Setting {
         flag: "--agent-token",
@@ -157,6 +235,19 @@ pub enum AgentKind {
     Exec(String),
     /// Agents connect to this Unix socket (`None`: `<state dir>/agent.sock`).
     Link(Option<PathBuf>),
+    /// `openai:` or `hermes:`; its settings are [`ServerConfig::http`]. `label` is for the
+    /// start-up line (the URL, no key).
+    Http {
+        label: String,
+    },
+}
+
+/// An HTTP agent's settings (`openai:`, `hermes:`).
+#[derive(Debug, Clone)]
+pub struct HttpConfig {
+    pub agent: crate::agent::http::HttpSettings,
+    pub timeouts: crate::http_client::Timeouts,
+    pub ca_file: Option<PathBuf>,
 }
 
 /// Everything the server needs. `core.token` is empty until the state directory is read.
@@ -184,6 +275,7 @@ pub struct ServerConfig {
     pub web: Option<crate::web::Web>,
     /// `MOBILE_WEB_DIR`, when the files were read from there.
     pub web_dir: Option<String>,
+    pub http: Option<HttpConfig>,
 }
 
 /// `demo`, `exec:<command line>`, `link` or `link:<socket path>`.
@@ -207,8 +299,15 @@ fn agent_kind(value: &str) -> Result<AgentKind, String> {
         }
         return Ok(AgentKind::Link(Some(PathBuf::from(path.trim()))));
     }
+    for scheme in ["openai:", "hermes:"] {
+        if let Some(url) = value.strip_prefix(scheme) {
+            return Ok(AgentKind::Http {
+                label: format!("{scheme}{}", url.trim()),
+            });
+        }
+    }
     Err(format!(
-        "unknown agent {value:?}: use demo, exec:<command line> or link[:<socket path>]"
+        "unknown agent {value:?}: use demo, exec:<command line>, link[:<socket path>], openai:<URL> or hermes:<URL>"
     ))
 }
 
@@ -288,7 +387,7 @@ pub fn default_state_dir(env: &HashMap<String, String>) -> PathBuf {
 /// Reads settings from `env` and `args` (flags only: the subcommand is already taken off).
 pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerConfig, String> {
     let mut values: HashMap<&'static str, String> = HashMap::new();
-    for s in SETTINGS {
+    for s in SETTINGS.iter().filter(|s| !s.flag.is_empty()) {
         if let Some(v) = env.get(s.env) {
             values.insert(s.flag, v.clone());
         }
@@ -305,7 +404,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
             Some((f, v)) => (f, Some(v.to_owned())),
             None => (arg.as_str(), None),
         };
-        let Some(setting) = SETTINGS.iter().find(|s| s.flag == flag) else {
+        let Some(setting) = SETTINGS.iter().find(|s| !s.flag.is_empty() && s.flag == flag) else {
             return Err(format!("unknown option {flag:?} (see --help)"));
         };
         let value = match inline {
@@ -396,20 +495,26 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         Some("off" | "0" | "false" | "no") => None,
         Some(other) => return Err(format!("MOBILE_WEB must be on or off, got {other:?}")),
     };
+    let state_dir = get("--state-dir")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| default_state_dir(env));
     let web_dir = get("--web-dir")
         .map(str::trim)
         .filter(|d| !d.is_empty() && web.is_some())
         .map(str::to_owned);
+    let http = match &agent {
+        AgentKind::Http { label } => Some(http_config(label, &values, env, &state_dir)?),
+        _ => None,
+    };
     Ok(ServerConfig {
+        http,
         web,
         web_dir,
         core,
         host: get("--host").unwrap_or("0.0.0.0").trim().to_owned(),
         port,
         token_given: !token.is_empty(),
-        state_dir: get("--state-dir")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| default_state_dir(env)),
+        state_dir,
         agent,
         agent_token,
         max_connections,
@@ -425,6 +530,167 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         },
         max_queue_bytes: 24 * 1024 * 1024,
         max_outbox_total: budget / 2,
+    })
+}
+
+/// The settings of `openai:<URL>` / `hermes:<URL>`. No message here quotes the key.
+fn http_config(
+    label: &str,
+    values: &HashMap<&'static str, String>,
+    env: &HashMap<String, String>,
+    state_dir: &std::path::Path,
+) -> Result<HttpConfig, String> {
+    let get = |flag: &str| values.get(flag).map(String::as_str);
+    use crate::agent::http::{Backend, HttpSettings};
+    let (backend, url) = match label.split_once(':') {
+        Some(("openai", url)) => (Backend::OpenAi, url),
+        Some((_, url)) => (Backend::Hermes, url),
+        None => return Err("MOBILE_AGENT needs openai:<URL> or hermes:<URL>".into()),
+    };
+    let endpoint = hermes_mobile::upstream::Endpoint::parse(url).map_err(|e| format!("MOBILE_AGENT URL: {e}"))?;
+    let model = get("--agent-model").unwrap_or("").trim().to_owned();
+    if backend == Backend::OpenAi && model.is_empty() {
+        return Err(
+            "MOBILE_AGENT=openai: needs MOBILE_AGENT_MODEL, the model name the server knows (e.g. llama3.2 for Ollama)"
+                .into(),
+        );
+    }
+    let key = env
+        .get("MOBILE_AGENT_KEY")
+        .map(|k| k.trim().to_owned())
+        .filter(|k| !k.is_empty());
+    if key
+        .as_deref()
+        .is_some_and(|k| !hermes_mobile::upstream::openai::header_safe(k) || k.contains(' '))
+    {
+        return Err("MOBILE_AGENT_KEY holds a space or a line break".into());
+    }
+    let system = match get("--agent-system").map(str::trim).filter(|s| !s.is_empty()) {
+        Some(at) if at.starts_with('@') => {
+            let path = &at[1..];
+            let text = std::fs::read_to_string(path).map_err(|e| format!("MOBILE_AGENT_SYSTEM file {path}: {e}"))?;
+            Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+        }
+        other => other.map(str::to_owned),
+    };
+    let temperature = match get("--agent-temperature").map(str::trim).filter(|t| !t.is_empty()) {
+        Some(t) => match t.parse::<f64>() {
+            Ok(v) if (0.0..=2.0).contains(&v) => Some(v),
+            _ => return Err(format!("MOBILE_AGENT_TEMPERATURE must be 0 to 2, got {t:?}")),
+        },
+        None => None,
+    };
+    let mut headers = Vec::new();
+    for entry in get("--agent-headers").unwrap_or("").split([';', '\n']) {
+        let entry = entry.trim();
+        if entry.is_empty() {
+            continue;
+        }
+        let Some((name, value)) = entry.split_once(':') else {
+            return Err(format!(
+                "MOBILE_AGENT_HEADERS entries look like 'Name: value', got {entry:?}"
+            ));
+        };
+        let name = name.trim();
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(format!("MOBILE_AGENT_HEADERS: {name:?} is not a header name"));
+        }
+        if name.eq_ignore_ascii_case("authorization") || name.eq_ignore_ascii_case("host") {
+            return Err(format!(
+                "MOBILE_AGENT_HEADERS: {name} is set by the gateway (the key goes in MOBILE_AGENT_KEY)"
+            ));
+        }
+        headers.push((name.to_owned(), value.trim().to_owned()));
+    }
+    let flag = |name: &str, v: Option<&str>| -> Result<bool, String> {
+        match v.map(|v| v.trim().to_ascii_lowercase()).as_deref() {
+            None | Some("" | "0" | "off" | "false" | "no") => Ok(false),
+            Some("1" | "on" | "true" | "yes") => Ok(true),
+            Some(other) => Err(format!("{name} must be 0 or 1, got {other:?}")),
+        }
+    };
+    let vision = flag("MOBILE_AGENT_VISION", get("--agent-vision"))?;
+    let media_dirs = list(get("--agent-media-dirs").unwrap_or(""));
+    for dir in &media_dirs {
+        if !dir.starts_with('/') {
+            return Err(format!(
+                "MOBILE_AGENT_MEDIA_DIRS entries must be absolute paths, got {dir:?}"
+            ));
+        }
+    }
+    let edit_interval = match get("--agent-edit-interval") {
+        Some(v) => seconds("MOBILE_AGENT_EDIT_INTERVAL", v)?,
+        None => hermes_mobile::upstream::DEFAULT_EDIT_INTERVAL,
+    };
+    let (history_chars, history_turns) = match get("--agent-history").map(str::trim).filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let parts: Vec<&str> = v.split(',').map(str::trim).collect();
+            match parts.as_slice() {
+                [c, t] => (
+                    number("MOBILE_AGENT_HISTORY characters", c)?,
+                    number("MOBILE_AGENT_HISTORY messages", t)?,
+                ),
+                _ => {
+                    return Err(format!(
+                        "MOBILE_AGENT_HISTORY is characters,messages (e.g. 24000,40), got {v:?}"
+                    ))
+                }
+            }
+        }
+        None => (24_000, 40),
+    };
+    let approval_ttl = match get("--agent-approval-ttl") {
+        Some(v) => seconds("MOBILE_AGENT_APPROVAL_TTL", v)?.as_secs().max(1),
+        None => 300,
+    };
+    let concurrency = match get("--agent-concurrency") {
+        Some(v) => number::<usize>("MOBILE_AGENT_CONCURRENCY", v)?.clamp(1, 32),
+        None => 4,
+    };
+    let timeouts = match get("--agent-timeouts").map(str::trim).filter(|v| !v.is_empty()) {
+        Some(v) => {
+            let parts: Vec<&str> = v.split(',').collect();
+            let [c, f, i] = parts.as_slice() else {
+                return Err(format!(
+                    "MOBILE_AGENT_TIMEOUTS is connect,first byte,idle in seconds (e.g. 10,120,120), got {v:?}"
+                ));
+            };
+            crate::http_client::Timeouts {
+                connect: seconds("MOBILE_AGENT_TIMEOUTS connect", c)?,
+                first_byte: seconds("MOBILE_AGENT_TIMEOUTS first byte", f)?,
+                idle: seconds("MOBILE_AGENT_TIMEOUTS idle", i)?,
+            }
+        }
+        None => crate::http_client::Timeouts {
+            connect: Duration::from_secs(10),
+            first_byte: Duration::from_secs(120),
+            idle: Duration::from_secs(120),
+        },
+    };
+    let ca_file = get("--agent-ca-file")
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    Ok(HttpConfig {
+        agent: HttpSettings {
+            backend,
+            endpoint,
+            model,
+            key,
+            system,
+            temperature,
+            headers,
+            vision,
+            media_dirs,
+            edit_interval,
+            history_chars,
+            history_turns,
+            approval_ttl,
+            concurrency,
+            history_dir: state_dir.join("conversations"),
+        },
+        timeouts,
+        ca_file,
     })
 }
 
@@ -448,6 +714,11 @@ pub fn help() -> String {
         "OPTIONS (each also read from its environment variable; a flag wins):\n",
     ));
     for s in SETTINGS {
+        let flag = if s.flag.is_empty() {
+            "(environment only)".to_owned()
+        } else {
+            format!("{} V", s.flag)
+        };
         let default = if s.default.is_empty() {
             "unset".to_owned()
         } else {
@@ -455,10 +726,7 @@ pub fn help() -> String {
         };
         out.push_str(&format!(
             "  {:<20} {:<24} {} [default: {}]\n",
-            format!("{} V", s.flag),
-            s.env,
-            s.help,
-            default
+            flag, s.env, s.help, default
         ));
     }
     out.push_str(concat!(

@@ -29,6 +29,8 @@ enum Job {
         path: PathBuf,
         limit: usize,
     },
+    /// Replace a small file atomically (an HTTP agent's conversation); nothing to report.
+    Persist { path: PathBuf, contents: Vec<u8> },
 }
 
 /// A finished job.
@@ -73,6 +75,12 @@ impl FileWorker {
                         ticket,
                         result: load(&path, limit),
                     },
+                    Job::Persist { path, contents } => {
+                        if let Err(e) = persist(&path, &contents) {
+                            log::warn!("could not save {}: {e}", path.display());
+                        }
+                        continue;
+                    }
                 };
                 if done_tx.send(result).is_err() {
                     return;
@@ -109,6 +117,11 @@ impl FileWorker {
 
     pub fn load(&mut self, path: PathBuf, limit: usize) -> Ticket {
         self.submit(|ticket| Job::Load { ticket, path, limit })
+    }
+
+    /// Replaces `path` with `contents` atomically: a crash leaves the old file or the new.
+    pub fn persist(&mut self, path: PathBuf, contents: Vec<u8>) {
+        self.submit(|_| Job::Persist { path, contents });
     }
 
     /// A finished job, if any (after the waker fired).
@@ -150,6 +163,26 @@ fn save(store: &mut MediaStore, event: &AgentEvent) -> io::Result<PathBuf> {
         Err(e) => log::warn!("device {device:?}: could not save an upload under the state directory: {e}"),
     }
     result
+}
+
+/// Writes a temporary file beside `path` (mode 0600: a conversation is private), syncs
+/// it, and renames it over `path`.
+fn persist(path: &Path, contents: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)?;
+    file.write_all(contents)?;
+    file.sync_all()?;
+    fs::rename(&tmp, path)
 }
 
 /// Reads a regular file of at most `limit` bytes; never reads more than `limit + 1`.

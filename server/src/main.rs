@@ -7,6 +7,7 @@ mod env_file;
 mod fileio;
 mod hermes;
 mod http;
+mod http_client;
 mod memory;
 mod pair;
 mod send;

@@ -32,6 +32,8 @@ pub enum TimerKind {
     AgentReap,
     /// A Unix socket peer of the agent link must have said hello by now (key: its peer id).
     AgentHello,
+    /// A deadline of an HTTP agent's call (key: the call's slot): connect, first byte, idle.
+    Upstream,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

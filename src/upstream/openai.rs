@@ -218,6 +218,11 @@ pub fn take_media_tags(text: &str) -> (String, Vec<String>) {
         }
         kept.push(clean.trim_end().to_owned());
     }
+    if paths.is_empty() {
+        // No tag: the text is the model's, exactly (a streamed reply's last version must
+        // equal what was streamed, whitespace included).
+        return (text.to_owned(), paths);
+    }
     (kept.join("\n").trim().to_owned(), paths)
 }
 
@@ -232,6 +237,57 @@ pub fn media_path_allowed(path: &str, dirs: &[String]) -> bool {
             let d = d.trim_end_matches('/');
             !d.is_empty() && path.len() > d.len() && path.starts_with(d) && path.as_bytes()[d.len()] == b'/'
         })
+}
+
+/// The largest image taken out of a data URL (the gateway's file limit, I3's 8 MiB).
+pub const MAX_DATA_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Takes Markdown images with a data URL (`![alt](data:image/png;base64,…)`, as Hermes
+/// inlines them in non-streamed replies) out of a text. Returns the text without them and
+/// each image's MIME type and bytes; one that does not decode, or is over
+/// [`MAX_DATA_IMAGE_BYTES`], stays in the text.
+pub fn take_data_images(text: &str) -> (String, Vec<(String, Vec<u8>)>) {
+    use base64::Engine as _;
+    let mut images = Vec::new();
+    let mut kept = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("](data:image/") {
+        let Some(open) = rest[..at].rfind("![") else {
+            kept.push_str(&rest[..at + 2]);
+            rest = &rest[at + 2..];
+            continue;
+        };
+        let url_start = at + 2;
+        let Some(len) = rest[url_start..].find(')') else { break };
+        let url = &rest[url_start..url_start + len];
+        let decoded = url
+            .strip_prefix("data:")
+            .and_then(|u| u.split_once(";base64,"))
+            .filter(|(mime, _)| {
+                mime.len() <= 64 && mime.bytes().all(|b| b.is_ascii_alphanumeric() || b"/+.-".contains(&b))
+            })
+            .filter(|(_, data)| data.len() / 4 * 3 <= MAX_DATA_IMAGE_BYTES + 3)
+            .and_then(|(mime, data)| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .ok()
+                    .filter(|b| !b.is_empty() && b.len() <= MAX_DATA_IMAGE_BYTES)
+                    .map(|b| (mime.to_owned(), b))
+            });
+        match decoded {
+            Some(image) => {
+                kept.push_str(&rest[..open]);
+                images.push(image);
+            }
+            None => kept.push_str(&rest[..url_start + len + 1]),
+        }
+        rest = &rest[url_start + len + 1..];
+    }
+    kept.push_str(rest);
+    if images.is_empty() {
+        return (text.to_owned(), images);
+    }
+    (kept.trim().to_owned(), images)
 }
 
 /// One `data:` payload of the stream.
@@ -308,10 +364,12 @@ pub fn status_outcome(status: u16, retry_after: Option<&str>) -> (String, Retry)
             "The model server is busy (too many requests); try again in a moment.".into(),
             secs.map_or(Retry::Backoff, |s| Retry::After(s.min(120))),
         ),
-        502..=504 => (
+        // A 504 may come after the upstream did the work: not retried (issue 11: 429, 502, 503).
+        502 | 503 => (
             "The model server is not answering right now; try again soon.".into(),
             Retry::Backoff,
         ),
+        504 => ("The model server took too long to answer; try again.".into(), Retry::No),
         s => (
             format!("The model server answered with an error ({s}); try again."),
             Retry::No,
@@ -444,5 +502,16 @@ mod tests {
         assert_eq!(status_outcome(429, None).1, Retry::Backoff);
         assert_eq!(status_outcome(502, None).1, Retry::Backoff);
         assert_eq!(status_outcome(500, None).1, Retry::No);
+    }
+    #[test]
+    fn data_url_images_become_files_and_leave_the_text() {
+        let text = "Here:\n![chart](data:image/png;base64,iVBORw0K) and ![x](data:image/png;base64,@@@) end";
+        let (clean, images) = take_data_images(text);
+        assert_eq!(
+            images,
+            vec![("image/png".to_owned(), vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a])]
+        );
+        assert_eq!(clean, "Here:\n and ![x](data:image/png;base64,@@@) end");
+        assert_eq!(take_data_images("no images").0, "no images");
     }
 }

@@ -8,6 +8,8 @@ answers is chosen by keywords in the last user message, so the test drives it:
 | the last user message contains | the answer |
 |---|---|
 | `long answer`             | a long answer streamed in many small chunks |
+| `slow answer`             | a text dribbled one word a second for about a minute (something to `/stop`) |
+| `run sleep <seconds>`     | a `terminal` tool call `sleep <seconds>`; then a text quoting the tool's result |
 | `delete <path>`           | a `terminal` tool call `rm -rf <path>`; then a text quoting the tool's result |
 | `clarify`                 | a `clarify` tool call with three choices; then `You chose: <answer>` |
 | `open question`           | a `clarify` tool call without choices; then `You chose: <answer>` |
@@ -33,6 +35,7 @@ MODEL = "e2e-model"
 LOG = []
 LOG_LOCK = threading.Lock()
 LONG_WORDS = 60
+SLOW_WORDS = 60  # one a second: `slow answer` takes about a minute
 
 
 def _text_of(content):
@@ -75,6 +78,12 @@ def plan(body):
     if "long answer" in low:
         words = " ".join(f"word{i}" for i in range(LONG_WORDS))
         return ("text", f"Here is a long answer: {words}. The end.", 0.05)
+    if "slow answer" in low:
+        words = " ".join(f"slow{i}" for i in range(SLOW_WORDS))
+        return ("text", f"A slow answer: {words}. The end.", 1.0)
+    m = re.search(r"run sleep (\d+)", low)
+    if m and "terminal" in tools:
+        return ("tool", "terminal", {"command": f"sleep {m.group(1)}"})
     m = re.search(r"delete (\S+)", user)
     if m and "terminal" in tools:
         return ("tool", "terminal", {"command": f"rm -rf {m.group(1)}"})

@@ -3,6 +3,7 @@
 //! is embedded; agents behind a child process or an HTTP API fit the same trait.
 
 pub mod demo;
+pub mod http;
 pub mod link;
 
 use hermes_mobile::agent_link::FileHandover;
@@ -66,6 +67,10 @@ pub trait Agent {
     fn handle_accepted(&mut self, _now: Time, _accepted: &Accepted) {}
     /// The agent link, for the server's transports; `None` for an embedded agent.
     fn link_agent(&mut self) -> Option<&mut link::LinkAgent> {
+        None
+    }
+    /// The HTTP agent (`openai:`, `hermes:`), for the server's HTTP client; `None` otherwise.
+    fn http_agent(&mut self) -> Option<&mut http::HttpAgent> {
         None
     }
 }

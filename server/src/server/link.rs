@@ -53,6 +53,9 @@ impl Server {
                     }
                 }
                 Done::Loaded { ticket, result } => {
+                    let Err(result) = self.http_loaded(ticket, result, now) else {
+                        continue;
+                    };
                     if let Some(link) = self.agent.link_agent() {
                         link.handle_loaded(ticket, result);
                     }

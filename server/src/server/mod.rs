@@ -16,16 +16,19 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::agent::demo::DemoAgent;
+use crate::agent::http::HttpAgent;
 use crate::agent::link::LinkAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
 use crate::conn::{Conn, Discarded, Drained, Incoming, Phase};
 use crate::fileio::{FileWorker, Ticket};
 use crate::http::{self, Head, Route};
+use crate::http_client::{dns::Resolver, HttpClient, Target};
 use crate::signals::StopSignals;
 use crate::wheel::{Entry, TimerKind, Wheel};
 
 mod agent_io;
+mod http_io;
 mod link;
 mod timers;
 
@@ -63,6 +66,10 @@ pub struct Server {
     parked: VecDeque<Parked>,
     /// The agent link's pipes and sockets (`exec:`, `link`).
     agent_io: AgentIo,
+    /// The HTTP agents' client (`openai:`, `hermes:`).
+    http: Option<HttpClient>,
+    /// Files the HTTP agent asked for: the file worker's ticket and the agent's tag.
+    http_loads: Vec<(Ticket, u64)>,
     /// `/agent` is served (link mode with `MOBILE_AGENT_TOKEN`).
     agent_route: bool,
     /// A link peer's reading paused behind a command's file: read again once it is read.
@@ -136,7 +143,8 @@ impl Server {
         let mut core_config = config.core.clone();
         core_config.seed = seed;
         let waker = Arc::new(mio::Waker::new(poll.registry(), agent_io::WAKER)?);
-        let files = FileWorker::start(&config.state_dir, waker)?;
+        let files = FileWorker::start(&config.state_dir, waker.clone())?;
+        let mut http = None;
         let mut agent_io = AgentIo::new();
         let link = || {
             let gateway = format!("hermes-mobile/{}", env!("CARGO_PKG_VERSION"));
@@ -149,6 +157,27 @@ impl Server {
             AgentKind::Exec(command) => {
                 agent_io.set_command(command.clone());
                 link()
+            }
+            AgentKind::Http { .. } => {
+                let settings = config.http.as_ref().expect("an HTTP agent has its settings");
+                let e = &settings.agent.endpoint;
+                let tls = if e.tls {
+                    let name = crate::http_client::tls::server_name(&e.host)
+                        .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+                    let config = crate::http_client::tls::client_config(settings.ca_file.as_deref())
+                        .map_err(|m| io::Error::new(io::ErrorKind::InvalidInput, m))?;
+                    Some((config, name))
+                } else {
+                    None
+                };
+                let target = Target {
+                    host: e.host.clone(),
+                    port: e.port,
+                    tls,
+                };
+                http = Some(HttpClient::new(target, settings.timeouts, Resolver::start(waker)?));
+                let saved = crate::state::read_conversations(&settings.agent.history_dir);
+                Box::new(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23), saved))
             }
             AgentKind::Link(path) => {
                 let path = path.clone().unwrap_or_else(|| config.state_dir.join("agent.sock"));
@@ -172,6 +201,8 @@ impl Server {
             files,
             parked: VecDeque::new(),
             agent_io,
+            http,
+            http_loads: Vec::new(),
             agent_route,
             link_paused: false,
             link_read_again: Vec::new(),
@@ -198,11 +229,33 @@ impl Server {
         self.local_addr
     }
 
+    /// The agent's state for `/healthz`: the link's peer, or the HTTP backend's reachability
+    /// from its last attempt (`reachable`, `unreachable: why`, `unknown` before the first).
+    fn agent_health(&mut self) -> String {
+        if let Some(link) = self.agent.link_agent() {
+            return if link.is_attached() {
+                "connected"
+            } else {
+                "disconnected"
+            }
+            .into();
+        }
+        if let Some(http) = self.agent.http_agent() {
+            return match http.reach() {
+                crate::agent::http::Reach::Unknown => "unknown".into(),
+                crate::agent::http::Reach::Reachable => "reachable".into(),
+                crate::agent::http::Reach::Unreachable(why) => format!("unreachable: {why}"),
+            };
+        }
+        "connected".into()
+    }
+
     /// The agent, for the start-up log line.
     pub fn agent_summary(&self) -> String {
         match &self.config.agent {
             AgentKind::Demo => "demo".into(),
             AgentKind::Exec(command) => format!("exec {}", command.escape_debug()),
+            AgentKind::Http { label } => label.clone(),
             AgentKind::Link(_) => {
                 let path = self
                     .agent_io
@@ -251,7 +304,8 @@ impl Server {
                 let left = deadline.saturating_duration_since(Instant::now());
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
             }
-            if !self.read_again.is_empty() || !self.link_read_again.is_empty() {
+            let upstream_again = self.http.as_ref().is_some_and(HttpClient::wants_read_again);
+            if !self.read_again.is_empty() || !self.link_read_again.is_empty() || upstream_again {
                 timeout = Some(Duration::ZERO);
             }
             match self.poll.poll(&mut events, timeout) {
@@ -269,16 +323,23 @@ impl Server {
                     LinkRead::ChildStderr => self.read_child_stderr(),
                 }
             }
+            self.upstream_read_again(now);
             for event in events.iter() {
                 match event.token() {
                     LISTENER => self.accept_all(now),
                     SIGNALS => self.stop_requested |= self.signals.received(),
-                    agent_io::WAKER => self.on_files_done(now),
+                    agent_io::WAKER => {
+                        self.on_upstream_wake(now);
+                        self.on_files_done(now)
+                    }
                     agent_io::AGENT_LISTENER => self.on_agent_accept(now),
                     agent_io::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
                     agent_io::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
                     agent_io::CHILD_STDERR => self.read_child_stderr(),
                     token if self.agent_io.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
+                    token if HttpClient::owns(token).is_some() => {
+                        self.on_upstream_ready(HttpClient::owns(token).unwrap_or_default(), now)
+                    }
                     Token(key) => self.on_io(key, now),
                 }
             }
@@ -434,10 +495,7 @@ impl Server {
                     "dedup_entries": stats.dedup_entries,
                     "timers": stats.timers,
                     "queued_bytes": self.outbox_total,
-                    "agent": match self.agent.link_agent() {
-                        Some(link) if !link.is_attached() => "disconnected",
-                        _ => "connected",
-                    },
+                    "agent": self.agent_health(),
                 })
                 .to_string();
                 (
@@ -624,6 +682,7 @@ impl Server {
                 }
             }
             progress |= self.pump_link_io(now);
+            progress |= self.pump_http(now);
             if !progress {
                 break;
             }

@@ -43,6 +43,7 @@ impl Server {
             TimerKind::AgentHello => {
                 self.agent_hello_due(hermes_mobile::agent_link::PeerId(entry.key as u64), now);
             }
+            TimerKind::Upstream => self.on_upstream_timer(entry, now),
             TimerKind::Trim => {
                 self.trim_armed = false;
                 crate::memory::trim();

@@ -1,0 +1,112 @@
+//! Name resolution off the event loop (issue 11).
+//!
+//! `getaddrinfo` blocks for as long as the resolver takes (seconds on a bad network), so
+//! it runs on a helper thread that wakes the loop through the shared `mio::Waker` when an
+//! answer is ready. Answers are kept for a minute (the system resolver gives no TTL);
+//! failures are not kept, so a name that starts resolving works on the next message.
+//! IP literals never reach the thread.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use mio::Waker;
+
+/// How long an answer is used.
+pub const CACHE_FOR: Duration = Duration::from_secs(60);
+
+type Answer = (String, u16, Result<Vec<SocketAddr>, String>);
+
+pub struct Resolver {
+    jobs: Option<Sender<(String, u16)>>,
+    answers: Receiver<Answer>,
+    thread: Option<JoinHandle<()>>,
+    cache: HashMap<(String, u16), (Vec<SocketAddr>, Instant)>,
+    /// Names asked for and not answered yet (one lookup per name at a time).
+    pending: Vec<(String, u16)>,
+}
+
+/// What [`Resolver::lookup`] knows now.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Lookup {
+    Ready(Vec<SocketAddr>),
+    /// Asked; the answer comes through [`Resolver::poll_answer`] after a wake.
+    Pending,
+}
+
+impl Resolver {
+    pub fn start(waker: Arc<Waker>) -> io::Result<Resolver> {
+        let (jobs, job_rx) = channel::<(String, u16)>();
+        let (answer_tx, answers) = channel::<Answer>();
+        let thread = std::thread::Builder::new().name("dns".into()).spawn(move || {
+            for (host, port) in job_rx {
+                let result = (host.as_str(), port)
+                    .to_socket_addrs()
+                    .map(Iterator::collect::<Vec<_>>)
+                    .map_err(|e| e.to_string())
+                    .and_then(|addrs| {
+                        if addrs.is_empty() {
+                            Err("no addresses".to_owned())
+                        } else {
+                            Ok(addrs)
+                        }
+                    });
+                if answer_tx.send((host, port, result)).is_err() {
+                    return;
+                }
+                let _ = waker.wake();
+            }
+        })?;
+        Ok(Resolver {
+            jobs: Some(jobs),
+            answers,
+            thread: Some(thread),
+            cache: HashMap::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// The addresses of `host`, at once when it is an IP address or cached.
+    pub fn lookup(&mut self, host: &str, port: u16, now: Instant) -> Lookup {
+        if let Ok(ip) = host.parse::<IpAddr>() {
+            return Lookup::Ready(vec![SocketAddr::new(ip, port)]);
+        }
+        let key = (host.to_owned(), port);
+        if let Some((addrs, at)) = self.cache.get(&key) {
+            if now.saturating_duration_since(*at) < CACHE_FOR {
+                return Lookup::Ready(addrs.clone());
+            }
+        }
+        if !self.pending.contains(&key) {
+            if let Some(jobs) = &self.jobs {
+                if jobs.send(key.clone()).is_err() {
+                    log::error!("the DNS helper thread has stopped");
+                }
+            }
+            self.pending.push(key);
+        }
+        Lookup::Pending
+    }
+
+    /// An answer that arrived: `(host, port, addresses or why not)`.
+    pub fn poll_answer(&mut self, now: Instant) -> Option<Answer> {
+        let (host, port, result) = self.answers.try_recv().ok()?;
+        self.pending.retain(|(h, p)| !(h == &host && *p == port));
+        if let Ok(addrs) = &result {
+            self.cache.insert((host.clone(), port), (addrs.clone(), now));
+        }
+        Some((host, port, result))
+    }
+}
+
+impl Drop for Resolver {
+    /// The thread may be inside a slow lookup: it is not waited for.
+    fn drop(&mut self) {
+        self.jobs.take();
+        drop(self.thread.take());
+    }
+}

@@ -1,0 +1,60 @@
+//! The TLS settings for an `https://` agent (issue 11).
+//!
+//! rustls with the `ring` provider: smaller and quicker to build for the Pi than aws-lc,
+//! with no C toolchain beyond what `ring` needs. Trust comes from the system's
+//! certificate store (`rustls-native-certs`: the CA bundle Debian's `ca-certificates`
+//! keeps up to date, so a Pi that gets security updates gets new roots too, and an
+//! owner's own CA added to the system store just works) plus, for a self-signed home
+//! server, the certificates in `MOBILE_AGENT_CA_FILE`. Both are read once, at start-up.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, RootCertStore};
+
+/// The client settings: roots from the system store and `ca_file`.
+pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+    let mut roots = RootCertStore::empty();
+    let native = rustls_native_certs::load_native_certs();
+    for cert in native.certs {
+        // A certificate the store holds but rustls cannot use is skipped, not fatal.
+        let _ = roots.add(cert);
+    }
+    let system = roots.len();
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+        let mut added = 0;
+        for cert in CertificateDer::pem_slice_iter(&pem) {
+            let cert = cert.map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+            added += 1;
+        }
+        if added == 0 {
+            return Err(format!(
+                "MOBILE_AGENT_CA_FILE {} holds no PEM certificate",
+                path.display()
+            ));
+        }
+        log::info!("agent TLS: {added} certificate(s) from {}", path.display());
+    }
+    if roots.is_empty() {
+        return Err("no trusted certificates for https: install ca-certificates or set MOBILE_AGENT_CA_FILE".into());
+    }
+    log::debug!("agent TLS: {system} certificates from the system store");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS settings: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The name the server's certificate must carry.
+pub fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(host.to_owned()).map_err(|_| format!("{host:?} cannot be checked against a certificate"))
+}
