@@ -305,6 +305,37 @@ fn an_upstream_that_never_answers_does_not_hold_other_phones() {
 }
 
 #[test]
+fn a_name_that_takes_long_to_resolve_does_not_hold_other_phones() {
+    // The resolver takes 3 s (a debug-build knob); the loop goes on meanwhile.
+    let up = Upstream::start(|_, _, s| write(s, &answer(&["resolved in the end"])));
+    let url = format!("openai:http://localhost:{}/v1", up.port);
+    let server = gateway(
+        &url,
+        &[
+            ("MOBILE_TEST_DNS_DELAY_MS", "3000"),
+            ("MOBILE_AGENT_TIMEOUTS", "10,5,5"),
+        ],
+    );
+    let mut slow = Client::hello(&server, "tel-slow");
+    say(&mut slow, "1", "hello");
+    wait_until("the lookup to start", Duration::from_secs(5), || {
+        server.log_text().contains("resolving localhost")
+    });
+    let mut other = Client::hello(&server, "tel-other");
+    for i in 0..20 {
+        other.send(json!({"t":"ping","ts":i}));
+        assert_eq!(other.until("pong").last().unwrap()["ts"], i);
+    }
+    let health = server.http("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(
+        !server.log_text().contains("connecting to"),
+        "the other phone and /healthz were answered while the name was still resolving"
+    );
+    assert_eq!(one_reply(&mut slow), "resolved in the end");
+}
+
+#[test]
 fn unreachable_and_unresolvable_upstreams_are_clear_and_healthz_says_so() {
     // A port nobody listens on.
     let free = std::net::TcpListener::bind("127.0.0.1:0")

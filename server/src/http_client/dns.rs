@@ -42,8 +42,12 @@ impl Resolver {
     pub fn start(waker: Arc<Waker>) -> io::Result<Resolver> {
         let (jobs, job_rx) = channel::<(String, u16)>();
         let (answer_tx, answers) = channel::<Answer>();
+        let delay = test_delay();
         let thread = std::thread::Builder::new().name("dns".into()).spawn(move || {
             for (host, port) in job_rx {
+                if let Some(delay) = delay {
+                    std::thread::sleep(delay);
+                }
                 let result = (host.as_str(), port)
                     .to_socket_addrs()
                     .map(Iterator::collect::<Vec<_>>)
@@ -101,6 +105,19 @@ impl Resolver {
         }
         Some((host, port, result))
     }
+}
+
+/// A resolver that takes its time, for the test that shows the loop does not wait for it
+/// (`MOBILE_TEST_DNS_DELAY_MS`). Debug builds only: a release binary has no such knob.
+#[cfg(debug_assertions)]
+fn test_delay() -> Option<Duration> {
+    let ms = std::env::var("MOBILE_TEST_DNS_DELAY_MS").ok()?.parse::<u64>().ok()?;
+    Some(Duration::from_millis(ms.min(60_000)))
+}
+
+#[cfg(not(debug_assertions))]
+fn test_delay() -> Option<Duration> {
+    None
 }
 
 impl Drop for Resolver {
