@@ -600,6 +600,11 @@ fn http_config(
                 "MOBILE_AGENT_HEADERS: {name} is set by the gateway (the key goes in MOBILE_AGENT_KEY)"
             ));
         }
+        if !hermes_mobile::upstream::openai::header_safe(value) {
+            return Err(format!(
+                "MOBILE_AGENT_HEADERS: the value of {name} holds a control character"
+            ));
+        }
         headers.push((name.to_owned(), value.trim().to_owned()));
     }
     let flag = |name: &str, v: Option<&str>| -> Result<bool, String> {

@@ -171,7 +171,8 @@ fn persist(path: &Path, contents: &[u8]) -> io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir)?;
+        // 0700: the file names are digests of device ids, still nobody else's business.
+        std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700).create(dir)?;
     }
     let tmp = path.with_extension("tmp");
     let mut file = fs::OpenOptions::new()

@@ -181,47 +181,6 @@ fn disk_name(now_ms: u128, device: &str, filename: &str, n: u32) -> String {
     format!("{prefix}{}{suffix}{ext}", cut(stem, room))
 }
 
-/// The HTTP agents' conversations kept under `dir` (`<state dir>/conversations`), read
-/// once at start-up: `(device, JSON)` for each file that holds one. Bounded: files over
-/// 4 MiB and any past the first 10,000 are skipped with a warning.
-pub fn read_conversations(dir: &Path) -> Vec<(hermes_mobile::DeviceId, String)> {
-    const MAX_FILE: u64 = 4 * 1024 * 1024;
-    const MAX_FILES: usize = 10_000;
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "json") {
-            continue;
-        }
-        if out.len() >= MAX_FILES {
-            log::warn!(
-                "more than {MAX_FILES} conversations in {}; the rest start afresh",
-                dir.display()
-            );
-            break;
-        }
-        let too_big = entry.metadata().map_or(true, |m| !m.is_file() || m.len() > MAX_FILE);
-        if too_big {
-            log::warn!("{} skipped: not a file of at most 4 MiB", path.display());
-            continue;
-        }
-        let Ok(json) = std::fs::read_to_string(&path) else {
-            continue;
-        };
-        let device = serde_json::from_str::<serde_json::Value>(&json)
-            .ok()
-            .and_then(|v| v.get("device").and_then(serde_json::Value::as_str).map(str::to_owned));
-        match device {
-            Some(d) => out.push((hermes_mobile::DeviceId(d), json)),
-            None => log::warn!("{} is not a conversation; skipped", path.display()),
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -234,6 +234,70 @@ fn refusals_become_one_sentence_and_only_safe_ones_are_retried() {
 }
 
 #[test]
+fn a_message_sent_during_a_failing_turn_goes_next_on_its_own() {
+    // The first turn ends on the upstream's news alone (a 500); the waiting message must
+    // start then, not when something else happens.
+    let up = Upstream::start(|n, _, s| {
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(300));
+            write(s, &json_status("500 Internal Server Error", "", "{}"));
+        } else {
+            write(s, &answer(&["second answer"]));
+        }
+    });
+    let server = gateway(&up.url(), &[]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "first");
+    say(&mut c, "2", "second");
+    assert!(one_reply(&mut c).contains("error (500)"));
+    assert_eq!(one_reply(&mut c), "second answer");
+    assert_eq!(
+        up.request(1).json()["messages"].as_array().unwrap().last().unwrap()["content"],
+        "second"
+    );
+}
+
+#[test]
+fn done_ends_the_turn_even_when_the_server_keeps_the_connection_open() {
+    let up = Upstream::start(|_, _, s| {
+        write(s, &answer(&["all ", "of it"]));
+        std::thread::sleep(Duration::from_secs(20));
+    });
+    // Idle 30 s: were the turn to wait for the close, the phone's 10 s read would fail.
+    let server = gateway(&up.url(), &[("MOBILE_AGENT_TIMEOUTS", "2,30,30")]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "go");
+    assert_eq!(one_reply(&mut c), "all of it");
+}
+
+#[test]
+fn new_during_a_turn_waits_for_it_and_keeps_the_conversation() {
+    let up = Upstream::start(|n, _, s| {
+        write(s, SSE_HEAD);
+        write(s, &delta(&format!("answer {n}")));
+        std::thread::sleep(Duration::from_millis(600));
+        write(s, DONE);
+    });
+    let server = gateway(&up.url(), &[]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "question");
+    loop {
+        if c.recv()["t"] == "message" {
+            break;
+        }
+    }
+    say(&mut c, "2", "/new");
+    let frames = turn(&mut c);
+    let texts = finals(&frames);
+    assert!(texts.iter().any(|t| t.contains("/new after it ends")), "{texts:?}");
+    assert_eq!(texts.last().unwrap(), "answer 0");
+    say(&mut c, "3", "next");
+    one_reply(&mut c);
+    let m = up.request(1).json()["messages"].clone();
+    assert_eq!(m.as_array().unwrap().len(), 3, "the first exchange is still there: {m}");
+}
+
+#[test]
 fn a_429_with_retry_after_is_retried_then_answered() {
     let up = Upstream::start(|n, _, s| {
         if n == 0 {
@@ -464,7 +528,8 @@ fn media_tags_send_allowed_files_and_say_why_others_were_not() {
     let png = dir.join("chart.png");
     std::fs::write(&png, b"\x89PNG\r\n\x1a\nfake").unwrap();
     let text = format!("Here it is:\nMEDIA:{}\nand MEDIA:/etc/passwd too", png.display());
-    let up = Upstream::start(move |_, _, s| write(s, &answer(&[&text])));
+    let only_tag = format!("MEDIA:{}", png.display());
+    let up = Upstream::start(move |n, _, s| write(s, &answer(&[if n == 0 { &text } else { &only_tag }])));
     let dirs = dir.display().to_string();
     let server = gateway(&up.url(), &[("MOBILE_AGENT_MEDIA_DIRS", &dirs)]);
     let mut c = Client::hello(&server, "tel-1");
@@ -484,6 +549,11 @@ fn media_tags_send_allowed_files_and_say_why_others_were_not() {
     let file = file.expect("the allowed file came down");
     assert_eq!(file.filename, "chart.png");
     assert_eq!(file.data, b"\x89PNG\r\n\x1a\nfake");
+    // A reply of nothing but a tag still gets its final version (not the raw tag).
+    say(&mut c, "2", "just the file");
+    let frames = turn(&mut c);
+    assert_eq!(finals(&frames), ["(sent chart.png)"]);
+    assert_eq!(frames.iter().filter(|f| f["t"] == "media").count(), 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -542,10 +612,25 @@ fn https_with_a_test_ca_works_and_without_it_says_what_to_set() {
     std::fs::write(&ca_file, ca.pem()).unwrap();
     let url = format!("openai:https://localhost:{}/v1", up.port);
     let ca_path = ca_file.display().to_string();
-    let server = gateway(&url, &[("MOBILE_AGENT_CA_FILE", &ca_path)]);
+    let server = gateway(
+        &url,
+        &[("MOBILE_AGENT_CA_FILE", &ca_path), ("MOBILE_AGENT_VISION", "1")],
+    );
     let mut c = Client::hello(&server, "tel-1");
     say(&mut c, "1", "hello");
     assert_eq!(one_reply(&mut c), "secure hello");
+    // A request larger than rustls' buffer before the handshake (64 KiB): a photo.
+    let photo: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    let data = hermes_mobile::base64::encode(&photo);
+    c.send(json!({"t":"media","id":"up-1","kind":"image","filename":"big.png","mime":"image/png","part":0,"parts":1,"data":data}));
+    assert_eq!(one_reply(&mut c), "secure hello");
+    let body = up.request(1).json();
+    let sent = body["messages"].as_array().unwrap().last().unwrap()["content"][1]["image_url"]["url"].clone();
+    assert_eq!(
+        sent,
+        format!("data:image/png;base64,{data}"),
+        "the whole request arrived"
+    );
     drop(server);
 
     // Without the CA the certificate is not trusted: one sentence naming the setting.

@@ -37,6 +37,8 @@ const BASE: usize = usize::MAX / 4;
 pub const MAX_OPEN: usize = 64;
 /// Bytes read from one call before the loop turns to others (read again next turn).
 const READ_BUDGET: usize = 256 * 1024;
+/// The connect timeout of an address when others are left to try.
+const PER_ADDRESS: Duration = Duration::from_secs(3);
 
 /// Names a call; chosen by the agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -141,6 +143,8 @@ pub struct HttpClient {
     events: VecDeque<(CallId, CallEvent)>,
     read_again: Vec<usize>,
     buf: Vec<u8>,
+    /// The address that last accepted a connection.
+    preferred: Option<SocketAddr>,
 }
 
 impl HttpClient {
@@ -154,6 +158,7 @@ impl HttpClient {
             events: VecDeque::new(),
             read_again: Vec::new(),
             buf: vec![0; 16 * 1024],
+            preferred: None,
         }
     }
 
@@ -274,16 +279,16 @@ impl HttpClient {
             call.phase = Phase::Waiting;
             call.deadline = now + self.timeouts.first_byte;
             if let Some((config, name)) = &self.target.tls {
+                // The request goes to rustls bit by bit in `flush`, as it takes it: its
+                // buffer before the handshake ends is bounded (64 KiB), a request is not.
                 match ClientConnection::new(config.clone(), name.clone()) {
-                    Ok(mut conn) => {
-                        // Plaintext waits inside rustls until the handshake is done.
-                        let _ = conn.writer().write_all(&call.request);
-                        call.request = Vec::new();
-                        call.tls = Some(Box::new(conn));
-                    }
+                    Ok(conn) => call.tls = Some(Box::new(conn)),
                     Err(e) => return self.fail(key, registry, CallError::Tls(e.to_string())),
                 }
             }
+            // The address that answered goes first next time (a dual-stack name whose
+            // IPv6 is black-holed costs one slow connect, not one per call).
+            self.preferred = call.addrs.get(call.next_addr.wrapping_sub(1)).copied();
             log::debug!("agent call {}: connected", call.id.0);
         }
         if let Err(e) = self.flush(key) {
@@ -310,6 +315,9 @@ impl HttpClient {
     fn connect(&mut self, key: usize, addrs: Vec<SocketAddr>, registry: &Registry, wheel: &mut Wheel, now: Instant) {
         let Some(call) = self.calls.get_mut(key) else { return };
         call.addrs = addrs;
+        if let Some(at) = self.preferred.and_then(|p| call.addrs.iter().position(|a| *a == p)) {
+            call.addrs.swap(0, at);
+        }
         call.next_addr = 0;
         self.next_address(key, registry, wheel, now);
     }
@@ -346,7 +354,14 @@ impl HttpClient {
                     let _ = stream.set_nodelay(true);
                     call.stream = Some(stream);
                     call.phase = Phase::Connecting;
-                    call.deadline = now + self.timeouts.connect;
+                    // With more addresses to try, one that does not answer gets 3 s at most.
+                    let more = call.next_addr < call.addrs.len();
+                    let limit = if more {
+                        self.timeouts.connect.min(PER_ADDRESS)
+                    } else {
+                        self.timeouts.connect
+                    };
+                    call.deadline = now + limit;
                     log::debug!("agent call {}: connecting to {addr}", call.id.0);
                     return self.arm(key, wheel);
                 }
@@ -364,13 +379,26 @@ impl HttpClient {
             return Ok(());
         };
         if let Some(tls) = call.tls.as_mut() {
-            while tls.wants_write() {
+            loop {
+                if call.written < call.request.len() {
+                    match tls.writer().write(&call.request[call.written..]) {
+                        Ok(n) => call.written += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(e) => return Err(CallError::Tls(e.to_string())),
+                    }
+                }
+                if !tls.wants_write() {
+                    break;
+                }
                 match tls.write_tls(stream) {
                     Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(CallError::Broken(e.to_string())),
                 }
+            }
+            if call.written == call.request.len() && !call.request.is_empty() {
+                call.request = Vec::new(); // all in rustls: its memory goes now
             }
             return Ok(());
         }
@@ -486,7 +514,7 @@ impl HttpClient {
 
     fn fail(&mut self, key: usize, registry: &Registry, error: CallError) {
         if let Some(call) = self.calls.get(key) {
-            log::debug!("agent call {}: {error}", call.id.0);
+            log::debug!("agent call {}: {}", call.id.0, error.to_string().escape_debug());
             self.events.push_back((call.id, CallEvent::Failed(error)));
         }
         self.close(key, registry);

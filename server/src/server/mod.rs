@@ -176,8 +176,7 @@ impl Server {
                     tls,
                 };
                 http = Some(HttpClient::new(target, settings.timeouts, Resolver::start(waker)?));
-                let saved = crate::state::read_conversations(&settings.agent.history_dir);
-                Box::new(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23), saved))
+                Box::new(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23)))
             }
             AgentKind::Link(path) => {
                 let path = path.clone().unwrap_or_else(|| config.state_dir.join("agent.sock"));

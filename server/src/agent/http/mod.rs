@@ -2,9 +2,9 @@
 //! server, and `hermes:<base URL>`, Hermes' runs API with its approvals as cards.
 //!
 //! Sans-IO like the demo: events and time go in, core commands come out, and what must
-//! touch the world (a request, a cancel, a file to read, a history to save) comes out of
-//! [`HttpAgent::poll_io`] for the server's HTTP client and file worker. Their answers come
-//! back through [`HttpAgent::handle_call`] and [`HttpAgent::handle_loaded`].
+//! touch the world (a request, a cancel, a file to read, a conversation to save) comes out
+//! of [`HttpAgent::poll_io`] for the server's HTTP client and file worker. Their answers
+//! come back through [`HttpAgent::handle_call`] and [`HttpAgent::handle_loaded`].
 //!
 //! A device has one turn at a time; messages sent meanwhile wait in its inbox (bounded)
 //! and at most `concurrency` turns talk to the backend at once. A turn streams its reply
@@ -12,11 +12,13 @@
 //! before anything was shown, and always ends with `end_turn`. Output for a phone that
 //! went offline is held by the core (M4): the backend's stream is held to its end.
 
+mod conversation;
+mod input;
+
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use base64::Engine as _;
 use hermes_mobile::agent::PromptKind;
 use hermes_mobile::agent_link::FileHandover;
 use hermes_mobile::upstream::openai::take_data_images;
@@ -25,7 +27,7 @@ use hermes_mobile::upstream::{
     take_media_tags, ChatRequest, Coalescer, Endpoint, History, ResponseHead, Retry, RunEvent, RunId, SseDecoder,
     SseItem, StreamItem,
 };
-use hermes_mobile::wire::{DownloadKind, UploadKind};
+use hermes_mobile::wire::DownloadKind;
 use hermes_mobile::{
     AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time,
 };
@@ -34,9 +36,12 @@ use serde_json::{json, Value};
 use super::{Agent, Refused};
 use crate::fileio::LoadError;
 use crate::http_client::{CallError, CallEvent, CallId};
+use input::{input_of, mime_of, Input};
 
 /// Messages a device may send while its turn runs; more are refused with a note.
 const INBOX_LIMIT: usize = 8;
+/// Bytes those messages may hold (photos for a vision model are the big ones).
+const INBOX_BYTES: usize = 16 * 1024 * 1024;
 /// Attempts of one request (the first and two retries).
 const MAX_ATTEMPTS: u32 = 3;
 /// The longest wait before a retry, whatever `Retry-After` says.
@@ -45,10 +50,18 @@ const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
 const ERROR_BODY_LIMIT: usize = 8 * 1024;
 /// The largest file sent for a `MEDIA:` tag (the gateway's file limit).
 const MEDIA_LIMIT: usize = 8 * 1024 * 1024;
-/// Text files up to this size go to the model with their content.
-const TEXT_FILE_LIMIT: usize = 32 * 1024;
-/// The largest SSE event accepted (one `data:` payload).
+/// The largest conversation file read back.
+const CONVERSATION_LIMIT: usize = 4 * 1024 * 1024;
+/// The largest SSE event accepted (one `data:` payload), and a non-streamed completion.
 const MAX_EVENT_BYTES: usize = 1024 * 1024;
+/// A reply longer than this is cut (a model looping): every edit re-sends the whole text.
+const MAX_REPLY_BYTES: usize = 256 * 1024;
+/// A turn longer than this is stopped: a backend that sends only keepalives would
+/// otherwise hold its slot for ever.
+const MAX_TURN: Duration = Duration::from_secs(30 * 60);
+/// Devices whose conversation stays in memory while idle; past it the one idle longest
+/// is let go (its file stays, and is read again when it is back).
+const MAX_RESIDENT: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -91,14 +104,14 @@ impl std::fmt::Debug for HttpSettings {
 }
 
 /// Work for the server.
-#[derive(Debug)]
 pub enum HttpIo {
+    /// A whole HTTP/1.1 request (it may carry the key: never logged).
     Call {
         id: CallId,
         request: Vec<u8>,
     },
     Cancel(CallId),
-    /// Read a file for a `MEDIA:` tag; answer with [`HttpAgent::handle_loaded`].
+    /// Read a file; answer with [`HttpAgent::handle_loaded`].
     Load {
         tag: u64,
         path: PathBuf,
@@ -111,21 +124,23 @@ pub enum HttpIo {
     },
 }
 
+impl std::fmt::Debug for HttpIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HttpIo::Call { id, request } => write!(f, "Call({}, {} bytes)", id.0, request.len()),
+            HttpIo::Cancel(id) => write!(f, "Cancel({})", id.0),
+            HttpIo::Load { tag, path, .. } => write!(f, "Load({tag}, {path:?})"),
+            HttpIo::Persist { path, .. } => write!(f, "Persist({path:?})"),
+        }
+    }
+}
+
 /// What the backend's last attempt showed, for `/healthz`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reach {
     Unknown,
     Reachable,
     Unreachable(String),
-}
-
-/// One message of the user, as the backend will get it.
-#[derive(Debug, Clone)]
-struct Input {
-    /// The `content` of the user message (a string, or parts with an image).
-    content: Value,
-    /// What the history keeps of it (text only).
-    text: String,
 }
 
 /// What a call is for.
@@ -153,10 +168,28 @@ struct Answer {
     body: Vec<u8>,
 }
 
+/// A file being read for the agent.
+#[derive(Debug)]
+enum Load {
+    /// A `MEDIA:` file for the phone.
+    Media { device: DeviceId, path: String },
+    /// A device's conversation, read back.
+    Conversation(DeviceId),
+}
+
+/// An approval card: what its answer is for. Kept until the card is answered or expires,
+/// also when its turn has ended (the phone may still tap it).
+#[derive(Debug)]
+struct Card {
+    device: DeviceId,
+    run: RunId,
+}
+
 #[derive(Debug)]
 struct Turn {
     input: Input,
     message: MessageId,
+    started: Time,
     coalescer: Coalescer,
     call: Option<CallId>,
     sse: SseDecoder,
@@ -166,14 +199,12 @@ struct Turn {
     shown: bool,
     /// The stream said it was complete (`[DONE]`, a finish reason, `run.completed`).
     complete: bool,
-    /// The run's whole output from `run.completed` (used when no delta came).
+    /// The run's whole output from `run.completed`, or a non-streamed completion.
     output: Option<String>,
     run: Option<RunId>,
-    /// An approval card is open for this turn.
-    card: Option<PromptId>,
     /// `/stop` was asked for.
     stopping: bool,
-    /// The reply is final; files still being read.
+    /// The reply is final; this many files are still being read.
     finishing: usize,
 }
 
@@ -182,24 +213,40 @@ struct Device {
     history: History,
     /// Counts `/new`s: a header with `{conversation}` names a fresh session after one.
     conversation: u64,
+    /// Its file is being read: turns wait for it.
+    loading: bool,
+    /// `/new` came while the file was read.
+    new_pending: bool,
     inbox: VecDeque<Input>,
     turn: Option<Turn>,
     /// Waiting for a backend slot (in `HttpAgent::waiting`).
     queued: bool,
+    last_active: Time,
+}
+
+impl Device {
+    fn idle(&self) -> bool {
+        self.turn.is_none() && self.inbox.is_empty() && !self.queued && !self.loading
+    }
+
+    fn inbox_bytes(&self) -> usize {
+        self.inbox.iter().map(Input::size).sum()
+    }
 }
 
 pub struct HttpAgent {
     settings: HttpSettings,
     devices: HashMap<DeviceId, Device>,
     calls: HashMap<CallId, (Role, Answer)>,
+    cards: HashMap<PromptId, Card>,
     next_call: u64,
     next_id: u64,
     run_tag: String,
     running: usize,
     waiting: VecDeque<DeviceId>,
-    /// Devices whose turn just ended: their inbox is looked at next.
+    /// Devices whose turn just ended or whose file came in: their inbox is looked at next.
     pending: VecDeque<DeviceId>,
-    loads: HashMap<u64, (DeviceId, String)>,
+    loads: HashMap<u64, Load>,
     next_load: u64,
     out: VecDeque<AgentCommand>,
     io: VecDeque<HttpIo>,
@@ -207,12 +254,12 @@ pub struct HttpAgent {
 }
 
 impl HttpAgent {
-    /// `saved`: conversations read back from the state directory at start-up.
-    pub fn new(settings: HttpSettings, run: u64, saved: Vec<(DeviceId, String)>) -> HttpAgent {
-        let mut agent = HttpAgent {
+    pub fn new(settings: HttpSettings, run: u64) -> HttpAgent {
+        HttpAgent {
             settings,
             devices: HashMap::new(),
             calls: HashMap::new(),
+            cards: HashMap::new(),
             next_call: 0,
             next_id: 0,
             run_tag: format!("{:04x}", run & 0xffff),
@@ -224,33 +271,7 @@ impl HttpAgent {
             out: VecDeque::new(),
             io: VecDeque::new(),
             reach: Reach::Unknown,
-        };
-        for (device, json) in saved {
-            match agent.restore(&json) {
-                Some(d) => {
-                    agent.devices.insert(device, d);
-                }
-                None => log::warn!("conversation of {device:?} is not readable; starting it afresh"),
-            }
         }
-        agent
-    }
-
-    fn restore(&self, json: &str) -> Option<Device> {
-        let v: Value = serde_json::from_str(json).ok()?;
-        let history = History::from_json(
-            &v.get("history")?.to_string(),
-            self.settings.history_chars,
-            self.settings.history_turns,
-        )
-        .ok()?;
-        Some(Device {
-            history,
-            conversation: v.get("conversation").and_then(Value::as_u64).unwrap_or(1),
-            inbox: VecDeque::new(),
-            turn: None,
-            queued: false,
-        })
     }
 
     pub fn poll_io(&mut self) -> Option<HttpIo> {
@@ -261,23 +282,26 @@ impl HttpAgent {
         &self.reach
     }
 
-    /// The file of `MEDIA:` tag `tag` was read (or not).
+    /// A file the agent asked for was read (or not).
     pub fn handle_loaded(&mut self, now: Time, tag: u64, result: Result<Vec<u8>, LoadError>) {
-        let Some((device, path)) = self.loads.remove(&tag) else {
-            return;
-        };
+        match self.loads.remove(&tag) {
+            Some(Load::Media { device, path }) => self.media_loaded(now, device, path, result),
+            Some(Load::Conversation(device)) => self.conversation_loaded(device, result),
+            None => {}
+        }
+        self.start_waiting(now);
+    }
+
+    fn media_loaded(&mut self, now: Time, device: DeviceId, path: String, result: Result<Vec<u8>, LoadError>) {
         match result {
             Ok(data) => {
                 let filename = path.rsplit('/').next().unwrap_or("file").to_owned();
                 let mime = mime_of(&filename);
-                let kind = if mime.starts_with("image/") {
-                    DownloadKind::Image
-                } else if mime.starts_with("audio/") {
-                    DownloadKind::Voice
-                } else if mime.starts_with("video/") {
-                    DownloadKind::Video
-                } else {
-                    DownloadKind::Document
+                let kind = match mime.split('/').next() {
+                    Some("image") => DownloadKind::Image,
+                    Some("audio") => DownloadKind::Voice,
+                    Some("video") => DownloadKind::Video,
+                    _ => DownloadKind::Document,
                 };
                 let file = OutgoingFile {
                     kind,
@@ -297,12 +321,39 @@ impl HttpAgent {
                     LoadError::TooBig => "it is over 8 MiB".to_owned(),
                     LoadError::Unreadable(why) => why,
                 };
-                log::warn!("agent: file {} not sent: {why}", path.escape_debug());
-                let text = format!("(The file {path} could not be sent: {why}.)");
-                self.say(&device, text);
+                log::warn!("agent: a MEDIA: file was not sent: {}", why.escape_debug());
+                self.say(&device, format!("(A file could not be sent: {why}.)"));
             }
         }
         self.file_done(now, &device);
+    }
+
+    fn conversation_loaded(&mut self, device: DeviceId, result: Result<Vec<u8>, LoadError>) {
+        let (chars, turns) = (self.settings.history_chars, self.settings.history_turns);
+        let restored = match result {
+            Ok(data) => {
+                let back = conversation::from_json(&data, &device, chars, turns);
+                if back.is_none() {
+                    log::warn!("agent: {device:?}: the saved conversation is not readable; starting afresh");
+                }
+                back
+            }
+            Err(LoadError::Unreadable(why)) if why.contains("No such file") => None,
+            Err(e) => {
+                log::warn!("agent: {device:?}: the saved conversation was not read ({e:?}); starting afresh");
+                None
+            }
+        };
+        let Some(d) = self.devices.get_mut(&device) else { return };
+        if let Some((conversation, history)) = restored {
+            d.conversation = conversation;
+            d.history = history;
+        }
+        d.loading = false;
+        if std::mem::take(&mut d.new_pending) {
+            self.new_conversation(&device);
+        }
+        self.pending.push_back(device);
     }
 
     fn id(&mut self, prefix: &str) -> String {
@@ -318,15 +369,56 @@ impl HttpAgent {
         id
     }
 
-    fn device(&mut self, device: &DeviceId) -> &mut Device {
-        let (chars, turns) = (self.settings.history_chars, self.settings.history_turns);
-        self.devices.entry(device.clone()).or_insert_with(|| Device {
-            history: History::new(chars, turns),
-            conversation: 1,
-            inbox: VecDeque::new(),
-            turn: None,
-            queued: false,
-        })
+    fn load(&mut self, what: Load, path: PathBuf, limit: usize) {
+        self.next_load += 1;
+        let tag = self.next_load;
+        self.loads.insert(tag, what);
+        self.io.push_back(HttpIo::Load { tag, path, limit });
+    }
+
+    /// The device's state; a device not in memory is created and its saved conversation
+    /// read (its turns wait for that).
+    fn device(&mut self, now: Time, device: &DeviceId) -> &mut Device {
+        if !self.devices.contains_key(device) {
+            self.let_go_idle();
+            let (chars, turns) = (self.settings.history_chars, self.settings.history_turns);
+            self.devices.insert(
+                device.clone(),
+                Device {
+                    history: History::new(chars, turns),
+                    conversation: 1,
+                    loading: true,
+                    new_pending: false,
+                    inbox: VecDeque::new(),
+                    turn: None,
+                    queued: false,
+                    last_active: now,
+                },
+            );
+            let path = conversation::path_of(&self.settings.history_dir, device);
+            self.load(Load::Conversation(device.clone()), path, CONVERSATION_LIMIT);
+        }
+        let d = self.devices.get_mut(device).expect("inserted above");
+        d.last_active = now;
+        d
+    }
+
+    /// Keeps at most `MAX_RESIDENT` devices in memory: the idle one quiet the longest goes.
+    fn let_go_idle(&mut self) {
+        while self.devices.len() >= MAX_RESIDENT {
+            let oldest = self
+                .devices
+                .iter()
+                .filter(|(_, d)| d.idle())
+                .min_by_key(|(_, d)| d.last_active)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => {
+                    self.devices.remove(&id);
+                }
+                None => return, // all busy: bounded by the core's devices and inboxes
+            }
+        }
     }
 
     /// One whole message (not part of a turn's reply).
@@ -340,19 +432,31 @@ impl HttpAgent {
         });
     }
 
+    /// A message that answers the phone outside any turn: it ends the phone's turn unless
+    /// one is running (or waiting), whose own end will come.
+    fn note(&mut self, device: &DeviceId, text: String) {
+        self.say(device, text);
+        let busy = self
+            .devices
+            .get(device)
+            .is_some_and(|d| d.turn.is_some() || d.queued || !d.inbox.is_empty());
+        if !busy {
+            self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
+        }
+    }
+
     fn persist(&mut self, device: &DeviceId) {
         let Some(d) = self.devices.get(device) else { return };
-        let history: Value = serde_json::from_str(&d.history.to_json()).unwrap_or(Value::Null);
-        let contents = json!({"device": device.as_str(), "conversation": d.conversation, "history": history});
-        let name = hex(device.as_str());
+        let contents = conversation::to_json(device, d.conversation, &d.history);
         self.io.push_back(HttpIo::Persist {
-            path: self.settings.history_dir.join(format!("{name}.json")),
-            contents: contents.to_string().into_bytes(),
+            path: conversation::path_of(&self.settings.history_dir, device),
+            contents,
         });
     }
 
     /// The extra headers with this device's values filled in.
-    fn headers_for(&self, device: &DeviceId, conversation: u64) -> Vec<(String, String)> {
+    fn headers_for(&self, device: &DeviceId) -> Vec<(String, String)> {
+        let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
         self.settings
             .headers
             .iter()
@@ -374,25 +478,15 @@ impl HttpAgent {
             .any(|(n, _)| n.eq_ignore_ascii_case("X-Hermes-Session-Id"))
     }
 
-    fn on_message(&mut self, now: Time, device: DeviceId, input: Result<Input, String>) {
-        let input = match input {
-            Ok(i) => i,
-            Err(note) => {
-                self.say(&device, note);
-                self.out.push_back(AgentCommand::EndTurn { device });
-                return;
-            }
-        };
-        let d = self.device(&device);
-        if d.turn.is_some() || d.queued {
-            if d.inbox.len() >= INBOX_LIMIT {
-                self.say(
-                    &device,
-                    format!("Still busy with your earlier messages ({INBOX_LIMIT} wait already); this one was not sent. Try again in a moment."),
-                );
-                return;
-            }
-            d.inbox.push_back(input);
+    fn on_message(&mut self, now: Time, device: DeviceId, input: Input) {
+        let d = self.device(now, &device);
+        let busy = d.turn.is_some() || d.queued || d.loading || !d.inbox.is_empty();
+        let full = d.inbox.len() >= INBOX_LIMIT || d.inbox_bytes() + input.size() > INBOX_BYTES;
+        if busy && full {
+            self.say(
+                &device,
+                "Still busy with your earlier messages; this one was not sent. Try again in a moment.".into(),
+            );
             return;
         }
         d.inbox.push_back(input);
@@ -402,22 +496,21 @@ impl HttpAgent {
     /// Starts the device's next turn when a backend slot is free, or queues it for one.
     fn schedule(&mut self, now: Time, device: DeviceId) {
         let limit = self.settings.concurrency.max(1);
-        let d = self.device(&device);
-        if d.turn.is_some() || d.queued || d.inbox.is_empty() {
+        let Some(d) = self.devices.get_mut(&device) else { return };
+        if d.turn.is_some() || d.queued || d.loading || d.inbox.is_empty() {
             return;
         }
         if self.running >= limit {
-            self.device(&device).queued = true;
+            d.queued = true;
             self.waiting.push_back(device);
             return;
         }
-        let Some(input) = self.device(&device).inbox.pop_front() else {
-            return;
-        };
+        let Some(input) = d.inbox.pop_front() else { return };
         self.running += 1;
         let turn = Turn {
             input,
             message: MessageId(self.id("r")),
+            started: now,
             coalescer: Coalescer::new(self.settings.edit_interval),
             call: None,
             sse: SseDecoder::new(MAX_EVENT_BYTES),
@@ -427,25 +520,26 @@ impl HttpAgent {
             complete: false,
             output: None,
             run: None,
-            card: None,
             stopping: false,
             finishing: 0,
         };
-        self.device(&device).turn = Some(turn);
+        if let Some(d) = self.devices.get_mut(&device) {
+            d.turn = Some(turn);
+        }
         self.out.push_back(AgentCommand::Avatar {
             device: device.clone(),
             state: "thinking".into(),
         });
         self.out.push_back(AgentCommand::Typing { device: device.clone() });
-        self.send_main(now, &device);
+        self.send_main(&device);
     }
 
     /// (Re)sends the turn's main request.
-    fn send_main(&mut self, _now: Time, device: &DeviceId) {
+    fn send_main(&mut self, device: &DeviceId) {
         let keeps = self.server_keeps_history();
+        let headers = self.headers_for(device);
         let Some(d) = self.devices.get(device) else { return };
         let Some(turn) = &d.turn else { return };
-        let headers = self.headers_for(device, d.conversation);
         let key = self.settings.key.as_deref();
         let request = match self.settings.backend {
             Backend::OpenAi => {
@@ -454,7 +548,7 @@ impl HttpAgent {
                 } else {
                     d.history.messages(self.settings.system.as_deref())
                 };
-                messages.push(json!({"role": "user", "content": turn.input.content}));
+                messages.push(json!({"role": "user", "content": turn.input.content()}));
                 ChatRequest {
                     endpoint: &self.settings.endpoint,
                     model: &self.settings.model,
@@ -466,8 +560,8 @@ impl HttpAgent {
                 .to_bytes()
             }
             Backend::Hermes => {
-                let input = match &turn.input.content {
-                    Value::String(s) => Value::String(s.clone()),
+                let input = match turn.input.content() {
+                    Value::String(s) => Value::String(s),
                     parts => json!([{"role": "user", "content": parts}]),
                 };
                 let session = format!("mobile-{}-{}", header_value(device.as_str()), d.conversation);
@@ -501,6 +595,11 @@ impl HttpAgent {
 
     /// A call's news from the HTTP client.
     pub fn handle_call(&mut self, now: Time, id: CallId, event: CallEvent) {
+        self.on_call_event(now, id, event);
+        self.start_waiting(now);
+    }
+
+    fn on_call_event(&mut self, now: Time, id: CallId, event: CallEvent) {
         let Some((role, answer)) = self.calls.get_mut(&id) else {
             return;
         };
@@ -532,14 +631,18 @@ impl HttpAgent {
             }
             CallEvent::End => {
                 let (_, answer) = self.calls.remove(&id).expect("looked up above");
-                self.on_call_end(now, id, role, answer);
+                self.on_call_end(now, role, answer);
             }
             CallEvent::Failed(error) => {
                 self.calls.remove(&id);
                 if !matches!(error, CallError::Timeout("idle" | "first byte") | CallError::Broken(_)) {
                     self.reach = Reach::Unreachable(error.to_string());
                 }
-                log::warn!("agent: {} failed: {error}", role_name(&role));
+                log::warn!(
+                    "agent: {} failed: {}",
+                    role_name(&role),
+                    error.to_string().escape_debug()
+                );
                 self.on_call_failed(now, role, error);
             }
         }
@@ -551,43 +654,48 @@ impl HttpAgent {
         let mut items = Vec::new();
         if turn.sse.feed(bytes, &mut items).is_err() {
             log::warn!("agent: an event over {MAX_EVENT_BYTES} bytes; the stream is cut");
-            if let Some(call) = turn.call.take() {
-                self.io.push_back(HttpIo::Cancel(call));
-                self.calls.remove(&call);
-            }
-            return self.end_stream(now, device, Some("the model server sent an event too large to read"));
+            return self.cut(now, device, "the agent sent an event too large to read");
         }
         for item in items {
             let SseItem::Event(event) = item else { continue };
+            if self.turn_mut(device).is_none_or(|t| t.finishing > 0) {
+                return; // the turn ended inside this read (an error event)
+            }
             match backend {
                 Backend::OpenAi => {
                     if !event.event.is_empty() && event.event != "message" {
-                        // hermes.tool.progress and the like: the avatar says it works.
+                        // hermes.tool.progress and the like: the avatar already thinks.
                         continue;
                     }
                     match parse_stream_data(&event.data) {
                         StreamItem::Delta(d) => self.delta(now, device, &d),
-                        StreamItem::Finished(_) | StreamItem::Done => {
+                        StreamItem::Finished(_) => {
                             if let Some(t) = self.turn_mut(device) {
                                 t.complete = true;
                             }
                         }
+                        // The answer is whole: the turn ends now, whether or not the server
+                        // closes the connection.
+                        StreamItem::Done => {
+                            if let Some(t) = self.turn_mut(device) {
+                                t.complete = true;
+                            }
+                            self.end_stream(now, device, None);
+                        }
                         StreamItem::Error(message) => {
                             let note = format!("the model server reported: {message}");
-                            return self.stop_stream(now, device, Some(&note));
+                            self.cut(now, device, &note);
                         }
-                        StreamItem::Malformed => {
-                            log::warn!(
-                                "agent: a stream event is not a chat chunk: {:?}",
-                                event.data.chars().take(120).collect::<String>()
-                            );
-                        }
+                        StreamItem::Malformed => log::warn!(
+                            "agent: a stream event is not a chat chunk: {:?}",
+                            event.data.chars().take(120).collect::<String>()
+                        ),
                     }
                 }
                 Backend::Hermes => match parse_run_event(&event.data) {
                     RunEvent::Delta(d) => self.delta(now, device, &d),
                     RunEvent::ToolStarted { tool } => {
-                        log::debug!("agent: {device:?}: tool {} started", tool.escape_debug());
+                        log::debug!("agent: {device:?}: tool {:?} started", tool);
                         self.out.push_back(AgentCommand::Avatar {
                             device: device.clone(),
                             state: "thinking".into(),
@@ -604,16 +712,18 @@ impl HttpAgent {
                             t.complete = true;
                             t.output = Some(output);
                         }
+                        self.end_stream(now, device, None);
                     }
                     RunEvent::Failed { error } => {
                         let note = format!("Hermes reported: {error}");
-                        return self.stop_stream(now, device, Some(&note));
+                        self.cut(now, device, &note);
                     }
                     RunEvent::Cancelled => {
                         if let Some(t) = self.turn_mut(device) {
                             t.complete = true;
                             t.stopping = true;
                         }
+                        self.end_stream(now, device, None);
                     }
                     RunEvent::Ignored => {}
                     RunEvent::Malformed => log::warn!(
@@ -625,17 +735,22 @@ impl HttpAgent {
         }
     }
 
-    /// Ends the stream now (an error event): the call is dropped and the turn ends.
-    fn stop_stream(&mut self, now: Time, device: &DeviceId, note: Option<&str>) {
-        if let Some(call) = self.turn_mut(device).and_then(|t| t.call.take()) {
-            self.calls.remove(&call);
-            self.io.push_back(HttpIo::Cancel(call));
+    /// Ends the turn now with `note`: the call is dropped, and a Hermes run is told to stop
+    /// (it would otherwise go on with nobody reading it).
+    fn cut(&mut self, now: Time, device: &DeviceId, note: &str) {
+        let run_going = self.turn_mut(device).is_some_and(|t| t.run.is_some() && !t.complete);
+        if run_going {
+            self.send_stop(device);
         }
-        self.end_stream(now, device, note);
+        self.end_stream(now, device, Some(note));
     }
 
     fn delta(&mut self, now: Time, device: &DeviceId, delta: &str) {
         let Some(turn) = self.turn_mut(device) else { return };
+        if turn.coalescer.text().len() + delta.len() > MAX_REPLY_BYTES {
+            let note = format!("cut: the answer passed {} KiB", MAX_REPLY_BYTES / 1024);
+            return self.cut(now, device, &note);
+        }
         if let Some(text) = turn.coalescer.push(now, delta) {
             let text = text.to_owned();
             turn.shown = true;
@@ -650,10 +765,17 @@ impl HttpAgent {
     }
 
     fn open_approval(&mut self, device: &DeviceId, command: String, description: String, choices: Vec<String>) {
+        let Some(run) = self.turn_mut(device).and_then(|t| t.run.clone()) else {
+            return;
+        };
         let prompt = PromptId(self.id("approval"));
-        if let Some(turn) = self.turn_mut(device) {
-            turn.card = Some(prompt.clone());
-        }
+        self.cards.insert(
+            prompt.clone(),
+            Card {
+                device: device.clone(),
+                run,
+            },
+        );
         let description = if description.is_empty() {
             "dangerous command".to_owned()
         } else {
@@ -671,7 +793,7 @@ impl HttpAgent {
         });
     }
 
-    fn on_call_end(&mut self, now: Time, _id: CallId, role: Role, answer: Answer) {
+    fn on_call_end(&mut self, now: Time, role: Role, answer: Answer) {
         let status = answer.status.unwrap_or(0);
         match role {
             Role::Main(device) => {
@@ -712,15 +834,13 @@ impl HttpAgent {
                 self.end_stream(now, &device, Some(&sentence));
             }
             Role::Approval { device, choice } => match status {
-                200..=299 => {
-                    if choice == "always" {
-                        self.say(
-                            &device,
-                            "Approved always: Hermes added this kind of command to its allow-list (config.yaml) and will not ask again.".into(),
-                        );
-                    }
-                }
-                // Already answered, or the run is over: the card is closed quietly.
+                200..=299 if choice == "always" => self.say(
+                    &device,
+                    "Approved always: Hermes added this kind of command to its allow-list (config.yaml) and will not ask again."
+                        .into(),
+                ),
+                200..=299 => {}
+                // Already answered, timed out in Hermes, or the run is over: closed quietly.
                 409 => log::info!("agent: {device:?}: the approval was no longer pending (409)"),
                 _ => {
                     let (sentence, _) = status_outcome(status, None);
@@ -730,14 +850,14 @@ impl HttpAgent {
             Role::Stop(device) => {
                 if !(200..=299).contains(&status) && status != 409 {
                     log::warn!("agent: {device:?}: stop answered {status}");
+                    self.stop_failed(&device, format!("Hermes answered {status}"));
                 }
             }
         }
     }
 
     fn open_events(&mut self, device: &DeviceId, run: RunId) {
-        let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
-        let headers = self.headers_for(device, conversation);
+        let headers = self.headers_for(device);
         let request = hermes_runs::events(&self.settings.endpoint, self.settings.key.as_deref(), &headers, &run);
         log::info!("agent: {device:?}: run {} started", run.as_str());
         match request {
@@ -762,9 +882,14 @@ impl HttpAgent {
     fn refused(&mut self, now: Time, device: &DeviceId, status: u16, answer: &Answer) {
         let (mut sentence, retry) = status_outcome(status, answer.retry_after.as_deref());
         if status == 0 {
-            sentence = "The model server's answer was not HTTP.".into();
+            sentence = "The agent's answer was not HTTP.".into();
         }
-        let attempt = self.turn_mut(device).map_or(MAX_ATTEMPTS, |t| t.attempt);
+        let (attempt, stopping) = self
+            .turn_mut(device)
+            .map_or((MAX_ATTEMPTS, false), |t| (t.attempt, t.stopping));
+        if stopping {
+            return self.end_stream(now, device, None);
+        }
         let wait = match retry {
             Retry::After(s) => Some(Duration::from_secs(s).min(MAX_RETRY_WAIT)),
             Retry::Backoff => Some(backoff(attempt)),
@@ -780,7 +905,11 @@ impl HttpAgent {
     }
 
     fn retry_later(&mut self, now: Time, device: &DeviceId, wait: Duration, why: &str) {
-        log::info!("agent: {device:?}: retrying in {} ms ({why})", wait.as_millis());
+        log::info!(
+            "agent: {device:?}: retrying in {} ms ({})",
+            wait.as_millis(),
+            why.escape_debug()
+        );
         if let Some(t) = self.turn_mut(device) {
             t.retry_at = Some(now + wait);
         }
@@ -791,10 +920,13 @@ impl HttpAgent {
             Role::Main(device) => {
                 let Some(turn) = self.turn_mut(&device) else { return };
                 turn.call = None;
-                let (shown, attempt) = (turn.shown, turn.attempt);
+                let (shown, attempt, complete, stopping) = (turn.shown, turn.attempt, turn.complete, turn.stopping);
+                if complete || stopping {
+                    // All of it came (the connection broke after the end), or /stop.
+                    return self.end_stream(now, &device, None);
+                }
                 if shown {
-                    let note = format!("interrupted: {error}");
-                    return self.end_stream(now, &device, Some(&note));
+                    return self.end_stream(now, &device, Some(&format!("interrupted: {error}")));
                 }
                 if error.before_request() && attempt < MAX_ATTEMPTS {
                     return self.retry_later(now, &device, backoff(attempt), &error.to_string());
@@ -803,11 +935,10 @@ impl HttpAgent {
                 self.fail_turn(&device, sentence);
             }
             Role::Events(device) => {
-                if let Some(t) = self.turn_mut(&device) {
-                    t.call = None;
-                }
-                let note = format!("interrupted: the run's event stream {error}");
-                self.end_stream(now, &device, Some(&note));
+                let Some(turn) = self.turn_mut(&device) else { return };
+                turn.call = None;
+                let problem = (!turn.complete).then(|| format!("interrupted: the run's event stream: {error}"));
+                self.end_stream(now, &device, problem.as_deref());
             }
             Role::Approval { device, .. } => {
                 let sentence = self.sentence_for(&error);
@@ -815,9 +946,20 @@ impl HttpAgent {
             }
             Role::Stop(device) => {
                 let sentence = self.sentence_for(&error);
-                self.say(&device, format!("The stop did not reach Hermes: {sentence}"));
+                self.stop_failed(&device, sentence);
             }
         }
+    }
+
+    /// The stop did not reach Hermes: say so, and let a later `/stop` try again.
+    fn stop_failed(&mut self, device: &DeviceId, why: String) {
+        if let Some(t) = self.turn_mut(device) {
+            t.stopping = false;
+        }
+        self.say(
+            device,
+            format!("The stop did not reach Hermes ({why}); send /stop again."),
+        );
     }
 
     fn sentence_for(&self, error: &CallError) -> String {
@@ -836,7 +978,7 @@ impl HttpAgent {
         }
     }
 
-    /// The turn ends with one sentence and nothing else (nothing was shown).
+    /// The turn ends with one sentence (after what was shown, if anything).
     fn fail_turn(&mut self, device: &DeviceId, sentence: String) {
         let Some(turn) = self.turn_mut(device) else { return };
         turn.complete = true;
@@ -852,11 +994,11 @@ impl HttpAgent {
             text,
             done: true,
         });
-        self.close_turn(device, None);
+        self.close_turn(device, Vec::new());
     }
 
-    /// The stream is over, whole or not: the final version, its files, the history.
-    fn end_stream(&mut self, now: Time, device: &DeviceId, problem: Option<&str>) {
+    /// The stream is over, whole or not: the final version, its files, the conversation.
+    fn end_stream(&mut self, _now: Time, device: &DeviceId, problem: Option<&str>) {
         let media_dirs = self.settings.media_dirs.clone();
         let Some(d) = self.devices.get_mut(device) else { return };
         let Some(turn) = d.turn.as_mut() else { return };
@@ -867,94 +1009,88 @@ impl HttpAgent {
             self.calls.remove(&call);
             self.io.push_back(HttpIo::Cancel(call));
         }
-        let mut text = turn.coalescer.text().to_owned();
-        if text.trim().is_empty() {
-            if let Some(output) = turn.output.take() {
-                text = output;
-            }
+        let mut raw = turn.coalescer.text().to_owned();
+        if raw.trim().is_empty() {
+            raw = turn.output.take().unwrap_or_default();
         }
-        let (text, paths) = take_media_tags(&text);
-        let (mut text, images) = take_data_images(&text);
+        let (text, paths) = take_media_tags(&raw);
+        let (model_text, images) = take_data_images(&text);
         let mut notes = Vec::new();
         let mut allowed = Vec::new();
         for path in paths {
             if media_path_allowed(&path, &media_dirs) {
                 allowed.push(path);
             } else {
-                log::info!(
-                    "agent: MEDIA:{} not sent: not in MOBILE_AGENT_MEDIA_DIRS",
-                    path.escape_debug()
-                );
+                log::info!("agent: MEDIA:{:?} not sent: not in MOBILE_AGENT_MEDIA_DIRS", path);
                 notes.push(format!(
                     "(The file {path} was not sent: it is outside MOBILE_AGENT_MEDIA_DIRS.)"
                 ));
             }
         }
-        let interrupted = match problem {
-            Some(p) => Some(p.to_owned()),
-            None if turn.stopping => None,
-            None if !turn.complete => Some("interrupted: the stream ended before the answer was complete".into()),
-            None => None,
-        };
-        let stopped = turn.stopping;
-        let nothing = text.trim().is_empty() && allowed.is_empty() && images.is_empty();
-        if stopped {
-            text = if text.trim().is_empty() {
+        let empty = model_text.trim().is_empty();
+        let mut text = model_text.clone();
+        if turn.stopping {
+            text = if empty {
                 "Stopped.".into()
             } else {
                 format!("{text}\n\n(stopped)")
             };
-        } else if let Some(why) = &interrupted {
-            let why = capitalize(why);
-            text = if text.trim().is_empty() {
+        } else if let Some(why) = problem.map(str::to_owned).or_else(|| {
+            (!turn.complete && !empty).then(|| "interrupted: the stream ended before the answer was complete".into())
+        }) {
+            let why = capitalize(&why);
+            text = if empty {
                 format!("⚠ {why}")
             } else {
                 format!("{text}\n\n⚠ {why}")
             };
-        } else if nothing {
-            text = "(The agent gave an empty answer.)".into();
+        } else if empty {
+            let names: Vec<&str> = allowed.iter().map(|p| p.rsplit('/').next().unwrap_or(p)).collect();
+            text = match (names.is_empty(), images.is_empty()) {
+                (false, _) => format!("(sent {})", names.join(", ")),
+                (true, false) => "(sent an image)".into(),
+                (true, true) => "(The agent gave an empty answer.)".into(),
+            };
         }
         for note in notes {
             text.push_str("\n\n");
             text.push_str(&note);
         }
-        let user_text = turn.input.text.clone();
+        let user_text = turn.input.history.clone();
         let message = turn.message.clone();
-        let answer_for_history = text.clone();
-        let _ = now;
-        if !text.trim().is_empty() {
-            self.out.push_back(AgentCommand::Reply {
-                device: device.clone(),
-                message,
-                text,
-                done: true,
-            });
-        }
+        // The final version always goes, also when it equals the last edit (M2: `done`).
+        self.out.push_back(AgentCommand::Reply {
+            device: device.clone(),
+            message,
+            text,
+            done: true,
+        });
         for (mime, data) in images {
             let ext = mime.rsplit('/').next().unwrap_or("img").to_owned();
-            let filename = format!("image.{ext}");
             self.out.push_back(AgentCommand::SendFile {
                 device: device.clone(),
                 file: OutgoingFile {
                     kind: DownloadKind::Image,
                     mime,
-                    filename,
+                    filename: format!("image.{ext}"),
                     caption: None,
                     data,
                     reply_to: None,
                 },
             });
         }
-        let d = self.devices.get_mut(device).expect("looked up above");
-        d.history.push("user", &user_text);
-        d.history.push("assistant", &answer_for_history);
-        self.persist(device);
-        self.close_turn(device, Some(allowed));
+        // The conversation keeps what the model said, not the gateway's notes.
+        if !empty {
+            let d = self.devices.get_mut(device).expect("looked up above");
+            d.history.push("user", &user_text);
+            d.history.push("assistant", &model_text);
+            self.persist(device);
+        }
+        self.close_turn(device, allowed);
     }
 
-    /// The turn is over once its files are read (`paths`), then the next one may start.
-    fn close_turn(&mut self, device: &DeviceId, paths: Option<Vec<String>>) {
-        let paths = paths.unwrap_or_default();
+    /// The turn is over once its files are read, then the next one may start.
+    fn close_turn(&mut self, device: &DeviceId, paths: Vec<String>) {
         let Some(turn) = self.devices.get_mut(device).and_then(|d| d.turn.as_mut()) else {
             return;
         };
@@ -963,35 +1099,27 @@ impl HttpAgent {
             self.io.push_back(HttpIo::Cancel(call));
         }
         turn.retry_at = None;
-        turn.finishing = paths.len();
+        // The reply itself counts as one (done just below), each file as one more.
+        turn.finishing = paths.len() + 1;
         for path in paths {
-            self.next_load += 1;
-            let tag = self.next_load;
-            self.loads.insert(tag, (device.clone(), path.clone()));
-            self.io.push_back(HttpIo::Load {
-                tag,
-                path: PathBuf::from(path),
-                limit: MEDIA_LIMIT,
-            });
+            let what = Load::Media {
+                device: device.clone(),
+                path: path.clone(),
+            };
+            self.load(what, PathBuf::from(path), MEDIA_LIMIT);
         }
-        if self.turn_mut(device).is_some_and(|t| t.finishing == 0) {
-            self.finish_turn(device);
-        }
+        self.file_done(Time::ZERO, device);
     }
 
+    /// One of the turn's files is done (or, from `close_turn`, the reply itself).
     fn file_done(&mut self, _now: Time, device: &DeviceId) {
         let Some(turn) = self.turn_mut(device) else { return };
         turn.finishing = turn.finishing.saturating_sub(1);
-        if turn.finishing == 0 {
-            self.finish_turn(device);
-        }
-    }
-
-    fn finish_turn(&mut self, device: &DeviceId) {
-        let Some(d) = self.devices.get_mut(device) else { return };
-        if d.turn.take().is_none() {
+        if turn.finishing > 0 {
             return;
         }
+        let Some(d) = self.devices.get_mut(device) else { return };
+        d.turn = None;
         self.running = self.running.saturating_sub(1);
         self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
         // This device's next message first, then devices waiting for a slot.
@@ -999,126 +1127,78 @@ impl HttpAgent {
     }
 
     fn send_stop(&mut self, device: &DeviceId) {
-        let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
-        let headers = self.headers_for(device, conversation);
+        let headers = self.headers_for(device);
         let Some(run) = self.turn_mut(device).and_then(|t| t.run.clone()) else {
             return;
         };
-        if let Ok(bytes) = hermes_runs::stop(&self.settings.endpoint, self.settings.key.as_deref(), &headers, &run) {
-            self.new_call(Role::Stop(device.clone()), bytes);
+        match hermes_runs::stop(&self.settings.endpoint, self.settings.key.as_deref(), &headers, &run) {
+            Ok(bytes) => {
+                self.new_call(Role::Stop(device.clone()), bytes);
+            }
+            Err(why) => log::warn!("agent: the stop request could not be made: {why}"),
         }
     }
 
-    /// `/stop` from the phone (a gateway command).
+    /// `/stop` from the phone (a gateway command): the running answer, and the messages
+    /// waiting behind it.
     fn stop(&mut self, now: Time, device: &DeviceId) {
         let backend = self.settings.backend;
-        let Some(turn) = self.turn_mut(device) else {
-            self.say(device, "Nothing to stop.".into());
-            self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
-            return;
+        let dropped = match self.devices.get_mut(device) {
+            Some(d) => {
+                let n = std::mem::take(&mut d.inbox).len();
+                if d.queued {
+                    d.queued = false;
+                    self.waiting.retain(|w| w != device);
+                }
+                n
+            }
+            None => 0,
         };
-        if turn.finishing > 0 || turn.stopping {
+        let Some(turn) = self.turn_mut(device) else {
+            let text = match dropped {
+                0 => "Nothing to stop.".to_owned(),
+                n => format!("Stopped: {n} waiting message(s) not sent."),
+            };
+            return self.note(device, text);
+        };
+        if turn.finishing > 0 || (turn.stopping && backend == Backend::OpenAi) {
             return;
         }
         turn.stopping = true;
-        let dropped = self
-            .devices
-            .get_mut(device)
-            .map_or(0, |d| std::mem::take(&mut d.inbox).len());
-        if dropped > 0 {
-            log::info!("agent: {device:?}: /stop dropped {dropped} waiting message(s)");
-        }
+        turn.retry_at = None;
+        let (has_run, has_call) = (turn.run.is_some(), turn.call.is_some());
+        log::info!("agent: {device:?}: /stop ({dropped} waiting message(s) dropped)");
         match backend {
-            // A run is told to stop; its stream ends with run.cancelled.
-            Backend::Hermes if self.turn_mut(device).is_some_and(|t| t.run.is_some()) => self.send_stop(device),
-            // Not started yet (the run's id is not known): stopped when it is.
-            Backend::Hermes if self.turn_mut(device).is_some_and(|t| t.call.is_some()) => {}
-            // A chat stream is simply dropped: the model server stops when its client goes.
-            _ => {
-                if let Some(t) = self.turn_mut(device) {
-                    t.complete = true;
-                }
-                self.stop_stream(now, device, None);
-            }
+            // The run is told to stop; its stream then ends with run.cancelled.
+            Backend::Hermes if has_run => self.send_stop(device),
+            // Not started yet: stopped as soon as its id is known (`open_events`).
+            Backend::Hermes if has_call => {}
+            // A chat stream is simply dropped: the server stops when its client goes.
+            _ => self.end_stream(now, device, None),
         }
     }
 
     /// `/new` from the phone (a gateway command).
     fn new_conversation(&mut self, device: &DeviceId) {
-        let d = self.device(device);
+        let Some(d) = self.devices.get_mut(device) else { return };
+        if d.loading {
+            d.new_pending = true; // applied once the saved conversation is in
+            return;
+        }
+        if d.turn.is_some() || !d.inbox.is_empty() || d.queued {
+            return self.say(
+                device,
+                "An answer is still coming: /new after it ends (or /stop it first).".into(),
+            );
+        }
         d.history.clear();
         d.conversation += 1;
         self.persist(device);
-        self.say(device, "Started a new conversation.".into());
-        self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
+        self.note(device, "Started a new conversation.".into());
     }
 
-    fn input_of(
-        &self,
-        text: Option<String>,
-        audio: bool,
-        file: Option<hermes_mobile::uploads::ReceivedFile>,
-    ) -> Result<Input, String> {
-        if audio {
-            return match text.filter(|t| !t.trim().is_empty()) {
-                Some(t) => Ok(Input {
-                    content: Value::String(t.clone()),
-                    text: t,
-                }),
-                None => Err("This agent reads text: a voice message needs speech-to-text, which it does not have. Turn on the app's speech recognition, or type your message.".into()),
-            };
-        }
-        let Some(file) = file else {
-            let t = text.unwrap_or_default();
-            return Ok(Input {
-                content: Value::String(t.clone()),
-                text: t,
-            });
-        };
-        let caption = file.caption.clone().filter(|c| !c.trim().is_empty());
-        let about = format!("{} ({}, {} bytes)", file.filename, file.mime, file.data.len());
-        if file.kind == UploadKind::Image && self.settings.vision {
-            let url = format!(
-                "data:{};base64,{}",
-                file.mime,
-                base64::engine::general_purpose::STANDARD.encode(&file.data)
-            );
-            let said = caption.clone().unwrap_or_else(|| "(an image)".into());
-            return Ok(Input {
-                content: json!([
-                    {"type": "text", "text": said},
-                    {"type": "image_url", "image_url": {"url": url}},
-                ]),
-                text: format!("[image {}] {}", file.filename, caption.unwrap_or_default())
-                    .trim()
-                    .to_owned(),
-            });
-        }
-        let mut note = match file.kind {
-            UploadKind::Image => format!("[The user sent an image: {about}. This model cannot see images.]"),
-            UploadKind::Audio => format!("[The user sent an audio file: {about}.]"),
-            UploadKind::Video => format!("[The user sent a video: {about}.]"),
-            UploadKind::Document => format!("[The user sent a file: {about}.]"),
-        };
-        if file.kind == UploadKind::Document
-            && file.data.len() <= TEXT_FILE_LIMIT
-            && looks_textual(&file.mime, &file.filename)
-        {
-            if let Ok(content) = std::str::from_utf8(&file.data) {
-                note.push_str(&format!("\n--- {} ---\n{content}\n--- end of file ---", file.filename));
-            }
-        }
-        if let Some(c) = caption {
-            note.push('\n');
-            note.push_str(&c);
-        }
-        Ok(Input {
-            content: Value::String(note.clone()),
-            text: note,
-        })
-    }
-
-    /// Slots freed and inboxes to look at, after a turn ended.
+    /// Looks at the inboxes of devices whose turn ended, then gives free slots to the
+    /// devices waiting for one.
     fn start_waiting(&mut self, now: Time) {
         while let Some(device) = self.pending.pop_front() {
             self.schedule(now, device);
@@ -1129,6 +1209,39 @@ impl HttpAgent {
                 d.queued = false;
             }
             self.schedule(now, device);
+        }
+    }
+
+    fn answer_card(&mut self, prompt: &PromptId, choice: &str, expired: bool) {
+        let Some(card) = self.cards.remove(prompt) else { return };
+        let still_running = self
+            .devices
+            .get(&card.device)
+            .and_then(|d| d.turn.as_ref())
+            .is_some_and(|t| t.run.as_ref() == Some(&card.run) && t.finishing == 0);
+        if expired && still_running {
+            self.say(
+                &card.device,
+                "The approval card expired, so the command was denied.".into(),
+            );
+        }
+        let headers = self.headers_for(&card.device);
+        // Posted also when the run is over: Hermes answers 409, which closes it quietly.
+        match hermes_runs::answer_approval(
+            &self.settings.endpoint,
+            self.settings.key.as_deref(),
+            &headers,
+            &card.run,
+            choice,
+        ) {
+            Ok(bytes) => {
+                let role = Role::Approval {
+                    device: card.device,
+                    choice: choice.to_owned(),
+                };
+                self.new_call(role, bytes);
+            }
+            Err(why) => log::warn!("agent: the approval answer could not be made: {why}"),
         }
     }
 }
@@ -1148,21 +1261,24 @@ impl Agent for HttpAgent {
                     .map(str::trim)
                     .filter(|_| audio.is_none() && file.is_none());
                 match command {
-                    Some("/new") => return self.new_conversation(&device),
-                    Some("/stop") => return self.stop(now, &device),
-                    _ => {}
+                    Some("/new") => {
+                        self.device(now, &device);
+                        self.new_conversation(&device);
+                    }
+                    Some("/stop") => self.stop(now, &device),
+                    _ => match input_of(text, audio.is_some(), file, self.settings.vision) {
+                        Ok(input) => self.on_message(now, device, input),
+                        Err(note) => self.note(&device, note),
+                    },
                 }
-                let input = self.input_of(text, audio.is_some(), file);
-                self.on_message(now, device, input);
             }
             AgentEvent::PromptAnswered {
-                device,
                 prompt,
                 kind: PromptKind::ExecApproval,
                 option_id,
                 ..
-            } => self.answer_card(&device, &prompt, option_id, false),
-            AgentEvent::PromptExpired { device, prompt, .. } => self.answer_card(&device, &prompt, "deny".into(), true),
+            } => self.answer_card(&prompt, &option_id, false),
+            AgentEvent::PromptExpired { prompt, .. } => self.answer_card(&prompt, "deny", true),
             AgentEvent::PromptAnswered { .. }
             | AgentEvent::UserTyping { .. }
             | AgentEvent::DeviceOnline { .. }
@@ -1174,13 +1290,19 @@ impl Agent for HttpAgent {
     fn handle_timeout(&mut self, now: Time) {
         let mut edits = Vec::new();
         let mut retries = Vec::new();
+        let mut too_long = Vec::new();
         for (device, d) in &mut self.devices {
             let Some(turn) = d.turn.as_mut() else { continue };
-            if turn.finishing == 0 {
-                if let Some(text) = turn.coalescer.poll(now) {
-                    turn.shown = true;
-                    edits.push((device.clone(), turn.message.clone(), text.to_owned()));
-                }
+            if turn.finishing > 0 {
+                continue;
+            }
+            if now >= turn.started + MAX_TURN {
+                too_long.push(device.clone());
+                continue;
+            }
+            if let Some(text) = turn.coalescer.poll(now) {
+                turn.shown = true;
+                edits.push((device.clone(), turn.message.clone(), text.to_owned()));
             }
             if turn.retry_at.is_some_and(|at| at <= now) {
                 turn.retry_at = None;
@@ -1196,7 +1318,11 @@ impl Agent for HttpAgent {
             });
         }
         for device in retries {
-            self.send_main(now, &device);
+            self.send_main(&device);
+        }
+        for device in too_long {
+            let note = format!("stopped after {} minutes", MAX_TURN.as_secs() / 60);
+            self.cut(now, &device, &note);
         }
         self.start_waiting(now);
     }
@@ -1209,55 +1335,28 @@ impl Agent for HttpAgent {
         self.devices
             .values()
             .filter_map(|d| d.turn.as_ref())
-            .flat_map(|t| [t.coalescer.due_at().filter(|_| t.finishing == 0), t.retry_at])
+            .filter(|t| t.finishing == 0)
+            .flat_map(|t| [t.coalescer.due_at(), t.retry_at, Some(t.started + MAX_TURN)])
             .flatten()
             .min()
     }
 
     fn handle_refused(&mut self, _now: Time, what: Refused, error: &CommandError) {
-        if let Refused::Prompt { device, prompt } = what {
-            // The card never reached the phone: Hermes must not wait for it.
-            log::warn!("agent: {device:?}: the approval card was refused ({error}); answering deny");
-            self.answer_card(&device, &prompt, "deny".into(), false);
+        match what {
+            Refused::Prompt { device, prompt } => {
+                // The card never reached the phone: Hermes must not wait for it.
+                log::warn!("agent: {device:?}: the approval card was refused ({error}); answering deny");
+                self.answer_card(&prompt, "deny", false);
+            }
+            Refused::Reply { device, message } => {
+                log::warn!("agent: {device:?}: reply {message:?} was refused ({error})");
+            }
+            _ => {}
         }
     }
 
     fn http_agent(&mut self) -> Option<&mut HttpAgent> {
         Some(self)
-    }
-}
-
-impl HttpAgent {
-    fn answer_card(&mut self, device: &DeviceId, prompt: &PromptId, choice: String, expired: bool) {
-        let Some(turn) = self.turn_mut(device) else { return };
-        if turn.card.as_ref() != Some(prompt) {
-            return;
-        }
-        turn.card = None;
-        let Some(run) = turn.run.clone() else { return };
-        if expired {
-            self.say(device, "The approval card expired, so the command was denied.".into());
-        }
-        let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
-        let headers = self.headers_for(device, conversation);
-        match hermes_runs::answer_approval(
-            &self.settings.endpoint,
-            self.settings.key.as_deref(),
-            &headers,
-            &run,
-            &choice,
-        ) {
-            Ok(bytes) => {
-                self.new_call(
-                    Role::Approval {
-                        device: device.clone(),
-                        choice,
-                    },
-                    bytes,
-                );
-            }
-            Err(why) => log::warn!("agent: the approval answer could not be made: {why}"),
-        }
     }
 }
 
@@ -1300,7 +1399,7 @@ fn capitalize(s: &str) -> String {
     }
 }
 
-/// A device id as it may go into a header value or a file name part.
+/// A device id as it may go into a header value: other characters become `_`.
 fn header_value(s: &str) -> String {
     s.chars()
         .map(|c| {
@@ -1311,45 +1410,4 @@ fn header_value(s: &str) -> String {
             }
         })
         .collect()
-}
-
-/// A file name for a device: its id in hex (any id, no path tricks).
-pub fn hex(s: &str) -> String {
-    s.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-fn looks_textual(mime: &str, filename: &str) -> bool {
-    mime.starts_with("text/")
-        || matches!(
-            mime,
-            "application/json" | "application/xml" | "application/x-yaml" | "application/yaml"
-        )
-        || [
-            ".txt", ".md", ".csv", ".json", ".yaml", ".yml", ".log", ".py", ".rs", ".toml", ".ini",
-        ]
-        .iter()
-        .any(|e| filename.to_ascii_lowercase().ends_with(e))
-}
-
-fn mime_of(filename: &str) -> &'static str {
-    let ext = filename.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
-    match ext.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "ogg" | "oga" | "opus" => "audio/ogg",
-        "mp3" => "audio/mpeg",
-        "wav" => "audio/wav",
-        "m4a" => "audio/mp4",
-        "mp4" => "video/mp4",
-        "webm" => "video/webm",
-        "pdf" => "application/pdf",
-        "txt" | "log" => "text/plain",
-        "md" => "text/markdown",
-        "csv" => "text/csv",
-        "json" => "application/json",
-        "html" => "text/html",
-        _ => "application/octet-stream",
-    }
 }
