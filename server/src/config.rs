@@ -644,6 +644,12 @@ fn http_config(
         }
         None => (24_000, 40),
     };
+    // The saved file must stay under what is read back (4 MiB; 6 bytes a character at most).
+    if !(100..=500_000).contains(&history_chars) || !(2..=1000).contains(&history_turns) {
+        return Err(format!(
+            "MOBILE_AGENT_HISTORY is 100 to 500000 characters and 2 to 1000 messages, got {history_chars},{history_turns}"
+        ));
+    }
     let approval_ttl = match get("--agent-approval-ttl") {
         Some(v) => seconds("MOBILE_AGENT_APPROVAL_TTL", v)?.as_secs().max(1),
         None => 300,

@@ -298,6 +298,78 @@ fn new_during_a_turn_waits_for_it_and_keeps_the_conversation() {
 }
 
 #[test]
+fn an_answer_cut_at_the_length_limit_says_so() {
+    let up = Upstream::start(|_, _, s| {
+        write(s, SSE_HEAD);
+        write(s, &delta("The beginning of a long"));
+        write(
+            s,
+            "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n",
+        );
+    });
+    let server = gateway(&up.url(), &[]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "go");
+    assert_eq!(
+        one_reply(&mut c),
+        "The beginning of a long\n\n(cut: the model reached its length limit)"
+    );
+}
+
+#[test]
+fn a_saved_conversation_that_is_not_readable_is_kept_aside() {
+    let up = Upstream::start(|_, _, s| write(s, &answer(&["ok"])));
+    let state = temp_dir("bad-conversation");
+    let start = |state: &std::path::Path| {
+        let mut cmd = std::process::Command::new(binary());
+        cmd.env_clear()
+            .env("MOBILE_PORT", "0")
+            .env("MOBILE_HOST", "127.0.0.1")
+            .env("MOBILE_TOKEN", TOKEN)
+            .env("MOBILE_STATE_DIR", state)
+            .env("MOBILE_AGENT", up.url())
+            .env("MOBILE_AGENT_MODEL", "m")
+            .env("RUST_LOG", "debug");
+        Server::spawn(cmd, temp_dir("unused"))
+    };
+    let server = start(&state);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "remember this");
+    one_reply(&mut c);
+    let dir = state.join("conversations");
+    let saved = || {
+        std::fs::read_dir(&dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "json"))
+    };
+    // Saved off the loop, just after the turn: wait for it before the kill.
+    wait_until("the conversation saved", Duration::from_secs(5), || saved().is_some());
+    drop(c);
+    drop(server);
+    let file = saved().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    std::fs::write(&file, b"{not json").unwrap();
+
+    let server = start(&state);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "2", "and now");
+    one_reply(&mut c);
+    let m = up.request(1).json()["messages"].clone();
+    assert_eq!(m.as_array().unwrap().len(), 1, "started afresh: {m}");
+    wait_until("the bad file kept aside", Duration::from_secs(5), || {
+        file.with_extension("json.bad").exists()
+    });
+    assert_eq!(std::fs::read(file.with_extension("json.bad")).unwrap(), b"{not json");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&state);
+}
+
+#[test]
 fn a_429_with_retry_after_is_retried_then_answered() {
     let up = Upstream::start(|n, _, s| {
         if n == 0 {
@@ -491,6 +563,14 @@ fn history_is_sent_bounded_survives_a_restart_and_new_clears_it() {
     assert_eq!(m[1], json!({"role":"user","content":"first question"}));
     assert_eq!(m[2], json!({"role":"assistant","content":"answer 0"}));
     assert_eq!(m[3], json!({"role":"user","content":"second question"}));
+    // Saved off the loop just after the turn: a SIGTERM would wait for it, a kill not.
+    wait_until("the conversation saved", Duration::from_secs(5), || {
+        std::fs::read_dir(state.join("conversations"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("answer 1")))
+    });
     drop(c);
     drop(server);
 
@@ -855,6 +935,27 @@ fn hermes_stop_from_the_phone_cancels_the_run() {
     say(&mut c, "2", "/stop");
     let text = one_reply(&mut c);
     assert_eq!(text, "Working on it\n\n(stopped)");
+}
+
+#[test]
+fn hermes_a_lost_event_stream_stops_the_run() {
+    // A dropped event stream cannot be picked up again: the run must not go on unread.
+    let up = hermes(
+        |s, _| write(s, &event(json!({"event":"message.delta","delta":"Half"}))),
+        "200 OK",
+    );
+    let server = hermes_gateway(&up, &[]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "go");
+    let text = one_reply(&mut c);
+    assert!(text.starts_with("Half\n\n⚠ Interrupted"), "{text}");
+    wait_until("the stop request", Duration::from_secs(5), || {
+        up.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.path() == "/v1/runs/run_1/stop")
+    });
 }
 
 #[test]

@@ -323,7 +323,11 @@ pub fn parse_stream_data(data: &str) -> StreamItem {
         return StreamItem::Error(message.chars().take(300).collect());
     }
     let Some(choice) = v.get("choices").and_then(|c| c.get(0)) else {
-        return StreamItem::Malformed;
+        // The usage chunk some servers send last has `"choices": []`: nothing to show.
+        return match v.get("choices") {
+            Some(Value::Array(a)) if a.is_empty() => StreamItem::Delta(String::new()),
+            _ => StreamItem::Malformed,
+        };
     };
     if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
         let text = choice.pointer("/delta/content").and_then(Value::as_str).unwrap_or("");
@@ -492,6 +496,11 @@ mod tests {
         );
         assert_eq!(parse_stream_data("{not json"), StreamItem::Malformed);
         assert_eq!(parse_stream_data(r#"{"object":"x"}"#), StreamItem::Malformed);
+        // The usage chunk at the end of a stream (OpenAI, Hermes): no text, not an error.
+        assert_eq!(
+            parse_stream_data(r#"{"choices":[],"usage":{"total_tokens":3}}"#),
+            StreamItem::Delta(String::new())
+        );
     }
 
     #[test]

@@ -6,8 +6,8 @@
 //! the request written as the socket takes it, and the answer read as it comes. Nothing
 //! here blocks the loop. Every call has one deadline at a time (connect, then the first
 //! byte of the answer, then the idle time between reads, which keepalive comments reset)
-//! and at most one live entry on the timer wheel: a deadline that moved later re-arms
-//! when its old entry fires.
+//! and one entry on the timer wheel for it, not one per read: a deadline that moved later
+//! re-arms when its old entry fires.
 //!
 //! One call is one connection (`Connection: close`): a phone's turn makes a handful of
 //! requests, and a pool would keep sockets open on a Pi for nothing.
@@ -259,6 +259,7 @@ impl HttpClient {
     /// Readiness of a call's socket.
     pub fn on_ready(&mut self, key: usize, registry: &Registry, wheel: &mut Wheel, now: Instant) {
         let Some(call) = self.calls.get_mut(key) else { return };
+        let generation = call.generation;
         if call.phase == Phase::Connecting {
             let stream = call.stream.as_ref().expect("a connecting call has a socket");
             match stream.take_error() {
@@ -291,10 +292,15 @@ impl HttpClient {
             self.preferred = call.addrs.get(call.next_addr.wrapping_sub(1)).copied();
             log::debug!("agent call {}: connected", call.id.0);
         }
-        if let Err(e) = self.flush(key) {
-            return self.fail(key, registry, e);
-        }
+        let written = self.flush(key, now);
+        // An answer may already wait (a 413 or 401 sent before the body was read): it is
+        // read before a write error ends the call.
         self.read(key, registry, wheel, now);
+        if let Err(e) = written {
+            if self.calls.get(key).is_some_and(|c| c.generation == generation) {
+                self.fail(key, registry, e);
+            }
+        }
     }
 
     /// Calls whose read budget ran out last turn.
@@ -370,51 +376,19 @@ impl HttpClient {
         }
     }
 
-    /// Writes what the socket takes.
-    fn flush(&mut self, key: usize) -> Result<(), CallError> {
+    /// Writes what the socket takes. While the request is still going out (a photo on a
+    /// slow uplink), the first-byte deadline counts from the last progress.
+    fn flush(&mut self, key: usize, now: Instant) -> Result<(), CallError> {
+        let first_byte = self.timeouts.first_byte;
         let Some(call) = self.calls.get_mut(key) else {
             return Ok(());
         };
-        let Some(stream) = call.stream.as_mut() else {
-            return Ok(());
-        };
-        if let Some(tls) = call.tls.as_mut() {
-            loop {
-                if call.written < call.request.len() {
-                    match tls.writer().write(&call.request[call.written..]) {
-                        Ok(n) => call.written += n,
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(e) => return Err(CallError::Tls(e.to_string())),
-                    }
-                }
-                if !tls.wants_write() {
-                    break;
-                }
-                match tls.write_tls(stream) {
-                    Ok(_) => {}
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(CallError::Broken(e.to_string())),
-                }
-            }
-            if call.written == call.request.len() && !call.request.is_empty() {
-                call.request = Vec::new(); // all in rustls: its memory goes now
-            }
-            return Ok(());
+        let before = call.written;
+        let result = write_some(call);
+        if call.written > before && call.phase == Phase::Waiting {
+            call.deadline = now + first_byte;
         }
-        while call.written < call.request.len() {
-            match stream.write(&call.request[call.written..]) {
-                Ok(0) => return Err(CallError::Broken("the socket took nothing".into())),
-                Ok(n) => call.written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CallError::Broken(e.to_string())),
-            }
-        }
-        if !call.request.is_empty() {
-            call.request = Vec::new(); // all sent: its memory goes now
-        }
-        Ok(())
+        result
     }
 
     fn read(&mut self, key: usize, registry: &Registry, wheel: &mut Wheel, now: Instant) {
@@ -424,7 +398,7 @@ impl HttpClient {
         match outcome {
             Ok(Read_::More) => self.read_again.push(key),
             Ok(Read_::Blocked) => {
-                if let Err(e) = self.flush(key) {
+                if let Err(e) = self.flush(key, now) {
                     return self.fail(key, registry, e);
                 }
                 self.arm(key, wheel);
@@ -530,6 +504,51 @@ impl HttpClient {
         }
         self.read_again.retain(|k| *k != key);
     }
+}
+
+/// Writes what the socket takes: into rustls as it takes it, then rustls' records (or
+/// the plain request) into the socket.
+fn write_some(call: &mut Call) -> Result<(), CallError> {
+    let Some(stream) = call.stream.as_mut() else {
+        return Ok(());
+    };
+    if let Some(tls) = call.tls.as_mut() {
+        loop {
+            if call.written < call.request.len() {
+                match tls.writer().write(&call.request[call.written..]) {
+                    Ok(n) => call.written += n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(CallError::Tls(e.to_string())),
+                }
+            }
+            if !tls.wants_write() {
+                break;
+            }
+            match tls.write_tls(stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CallError::Broken(e.to_string())),
+            }
+        }
+        if call.written == call.request.len() && !call.request.is_empty() {
+            call.request = Vec::new(); // all in rustls: its memory goes now
+        }
+        return Ok(());
+    }
+    while call.written < call.request.len() {
+        match stream.write(&call.request[call.written..]) {
+            Ok(0) => return Err(CallError::Broken("the socket took nothing".into())),
+            Ok(n) => call.written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(CallError::Broken(e.to_string())),
+        }
+    }
+    if !call.request.is_empty() {
+        call.request = Vec::new(); // all sent: its memory goes now
+    }
+    Ok(())
 }
 
 enum Read_ {

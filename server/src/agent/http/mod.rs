@@ -42,6 +42,8 @@ use input::{input_of, mime_of, Input};
 const INBOX_LIMIT: usize = 8;
 /// Bytes those messages may hold (photos for a vision model are the big ones).
 const INBOX_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes waiting in all devices' inboxes together.
+const INBOX_TOTAL_BYTES: usize = 64 * 1024 * 1024;
 /// Attempts of one request (the first and two retries).
 const MAX_ATTEMPTS: u32 = 3;
 /// The longest wait before a retry, whatever `Retry-After` says.
@@ -56,6 +58,8 @@ const CONVERSATION_LIMIT: usize = 4 * 1024 * 1024;
 const MAX_EVENT_BYTES: usize = 1024 * 1024;
 /// A reply longer than this is cut (a model looping): every edit re-sends the whole text.
 const MAX_REPLY_BYTES: usize = 256 * 1024;
+/// Files sent for the `MEDIA:` tags of one reply; more are named in a note.
+const MAX_MEDIA_PER_REPLY: usize = 10;
 /// A turn longer than this is stopped: a backend that sends only keepalives would
 /// otherwise hold its slot for ever.
 const MAX_TURN: Duration = Duration::from_secs(30 * 60);
@@ -154,7 +158,13 @@ enum Role {
         device: DeviceId,
         choice: String,
     },
-    Stop(DeviceId),
+    /// `user`: the phone sent /stop (a failure is reported to it); otherwise the gateway
+    /// stops a run it no longer reads.
+    Stop {
+        device: DeviceId,
+        run: RunId,
+        user: bool,
+    },
 }
 
 /// The answer to a call, as it comes.
@@ -183,6 +193,8 @@ enum Load {
 struct Card {
     device: DeviceId,
     run: RunId,
+    /// For `{conversation}` in the headers, should the device be let go meanwhile.
+    conversation: u64,
 }
 
 #[derive(Debug)]
@@ -204,6 +216,8 @@ struct Turn {
     run: Option<RunId>,
     /// `/stop` was asked for.
     stopping: bool,
+    /// The model stopped at its length limit (`finish_reason: length`).
+    length_cut: bool,
     /// The reply is final; this many files are still being read.
     finishing: usize,
 }
@@ -217,6 +231,8 @@ struct Device {
     loading: bool,
     /// `/new` came while the file was read.
     new_pending: bool,
+    /// Its file could not be read: it is not overwritten (see `conversation_loaded`).
+    unsaved: bool,
     inbox: VecDeque<Input>,
     turn: Option<Turn>,
     /// Waiting for a backend slot (in `HttpAgent::waiting`).
@@ -330,17 +346,33 @@ impl HttpAgent {
 
     fn conversation_loaded(&mut self, device: DeviceId, result: Result<Vec<u8>, LoadError>) {
         let (chars, turns) = (self.settings.history_chars, self.settings.history_turns);
+        let path = conversation::path_of(&self.settings.history_dir, &device);
+        // A file that cannot be read now is never overwritten: this run keeps the
+        // conversation in memory only (a passing error, the next start tries again); one
+        // that is not a conversation is kept aside as `.bad` and replaced.
+        let mut keep_file = false;
         let restored = match result {
             Ok(data) => {
                 let back = conversation::from_json(&data, &device, chars, turns);
                 if back.is_none() {
-                    log::warn!("agent: {device:?}: the saved conversation is not readable; starting afresh");
+                    log::warn!(
+                        "agent: {device:?}: {} is not a readable conversation; kept as .bad, starting afresh",
+                        path.display()
+                    );
+                    self.io.push_back(HttpIo::Persist {
+                        path: path.with_extension("json.bad"),
+                        contents: data,
+                    });
                 }
                 back
             }
             Err(LoadError::Unreadable(why)) if why.contains("No such file") => None,
             Err(e) => {
-                log::warn!("agent: {device:?}: the saved conversation was not read ({e:?}); starting afresh");
+                log::warn!(
+                    "agent: {device:?}: {} was not read ({e:?}); this conversation is not saved until a restart",
+                    path.display()
+                );
+                keep_file = true;
                 None
             }
         };
@@ -350,8 +382,9 @@ impl HttpAgent {
             d.history = history;
         }
         d.loading = false;
+        d.unsaved = keep_file;
         if std::mem::take(&mut d.new_pending) {
-            self.new_conversation(&device);
+            self.reset_conversation(&device);
         }
         self.pending.push_back(device);
     }
@@ -389,6 +422,7 @@ impl HttpAgent {
                     conversation: 1,
                     loading: true,
                     new_pending: false,
+                    unsaved: false,
                     inbox: VecDeque::new(),
                     turn: None,
                     queued: false,
@@ -446,7 +480,9 @@ impl HttpAgent {
     }
 
     fn persist(&mut self, device: &DeviceId) {
-        let Some(d) = self.devices.get(device) else { return };
+        let Some(d) = self.devices.get(device).filter(|d| !d.unsaved) else {
+            return;
+        };
         let contents = conversation::to_json(device, d.conversation, &d.history);
         self.io.push_back(HttpIo::Persist {
             path: conversation::path_of(&self.settings.history_dir, device),
@@ -457,6 +493,10 @@ impl HttpAgent {
     /// The extra headers with this device's values filled in.
     fn headers_for(&self, device: &DeviceId) -> Vec<(String, String)> {
         let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
+        self.headers_with(device, conversation)
+    }
+
+    fn headers_with(&self, device: &DeviceId, conversation: u64) -> Vec<(String, String)> {
         self.settings
             .headers
             .iter()
@@ -482,6 +522,9 @@ impl HttpAgent {
         let d = self.device(now, &device);
         let busy = d.turn.is_some() || d.queued || d.loading || !d.inbox.is_empty();
         let full = d.inbox.len() >= INBOX_LIMIT || d.inbox_bytes() + input.size() > INBOX_BYTES;
+        let all: usize = self.devices.values().map(Device::inbox_bytes).sum();
+        let d = self.devices.get_mut(&device).expect("made by device() above");
+        let full = full || all + input.size() > INBOX_TOTAL_BYTES;
         if busy && full {
             self.say(
                 &device,
@@ -521,6 +564,7 @@ impl HttpAgent {
             output: None,
             run: None,
             stopping: false,
+            length_cut: false,
             finishing: 0,
         };
         if let Some(d) = self.devices.get_mut(&device) {
@@ -669,9 +713,10 @@ impl HttpAgent {
                     }
                     match parse_stream_data(&event.data) {
                         StreamItem::Delta(d) => self.delta(now, device, &d),
-                        StreamItem::Finished(_) => {
+                        StreamItem::Finished(reason) => {
                             if let Some(t) = self.turn_mut(device) {
                                 t.complete = true;
+                                t.length_cut = reason == "length";
                             }
                         }
                         // The answer is whole: the turn ends now, whether or not the server
@@ -715,6 +760,9 @@ impl HttpAgent {
                         self.end_stream(now, device, None);
                     }
                     RunEvent::Failed { error } => {
+                        if let Some(t) = self.turn_mut(device) {
+                            t.complete = true; // the run is over: nothing to stop
+                        }
                         let note = format!("Hermes reported: {error}");
                         self.cut(now, device, &note);
                     }
@@ -740,7 +788,7 @@ impl HttpAgent {
     fn cut(&mut self, now: Time, device: &DeviceId, note: &str) {
         let run_going = self.turn_mut(device).is_some_and(|t| t.run.is_some() && !t.complete);
         if run_going {
-            self.send_stop(device);
+            self.send_stop(device, false);
         }
         self.end_stream(now, device, Some(note));
     }
@@ -769,11 +817,13 @@ impl HttpAgent {
             return;
         };
         let prompt = PromptId(self.id("approval"));
+        let conversation = self.devices.get(device).map_or(1, |d| d.conversation);
         self.cards.insert(
             prompt.clone(),
             Card {
                 device: device.clone(),
                 run,
+                conversation,
             },
         );
         let description = if description.is_empty() {
@@ -827,11 +877,18 @@ impl HttpAgent {
                 if let Some(t) = self.turn_mut(&device) {
                     t.call = None;
                 }
-                if status == 200 {
+                let whole = self.turn_mut(&device).is_some_and(|t| t.complete);
+                if status == 200 && whole {
                     return self.end_stream(now, &device, None);
                 }
-                let (sentence, _) = status_outcome(status, None);
-                self.end_stream(now, &device, Some(&sentence));
+                // A dropped event stream cannot be picked up again: the run is stopped
+                // rather than left running (tools, approvals) with nobody reading it.
+                let note = if status == 200 {
+                    "interrupted: the run's event stream ended early".to_owned()
+                } else {
+                    status_outcome(status, None).0
+                };
+                self.cut(now, &device, &note);
             }
             Role::Approval { device, choice } => match status {
                 200..=299 if choice == "always" => self.say(
@@ -847,10 +904,12 @@ impl HttpAgent {
                     self.say(&device, format!("Your answer did not reach Hermes: {sentence}"));
                 }
             },
-            Role::Stop(device) => {
+            Role::Stop { device, run, user } => {
                 if !(200..=299).contains(&status) && status != 409 {
-                    log::warn!("agent: {device:?}: stop answered {status}");
-                    self.stop_failed(&device, format!("Hermes answered {status}"));
+                    log::warn!("agent: {device:?}: stop of run {} answered {status}", run.as_str());
+                    if user {
+                        self.stop_failed(&device, &run, format!("Hermes answered {status}"));
+                    }
                 }
             }
         }
@@ -871,7 +930,7 @@ impl HttpAgent {
                     turn.stopping
                 };
                 if stop_now {
-                    self.send_stop(device);
+                    self.send_stop(device, true);
                 }
             }
             Err(why) => self.fail_turn(device, format!("The request could not be made: {why}.")),
@@ -937,25 +996,34 @@ impl HttpAgent {
             Role::Events(device) => {
                 let Some(turn) = self.turn_mut(&device) else { return };
                 turn.call = None;
-                let problem = (!turn.complete).then(|| format!("interrupted: the run's event stream: {error}"));
-                self.end_stream(now, &device, problem.as_deref());
+                if turn.complete {
+                    return self.end_stream(now, &device, None);
+                }
+                let note = format!("interrupted: the run's event stream: {error}");
+                self.cut(now, &device, &note);
             }
             Role::Approval { device, .. } => {
                 let sentence = self.sentence_for(&error);
                 self.say(&device, format!("Your answer did not reach Hermes: {sentence}"));
             }
-            Role::Stop(device) => {
-                let sentence = self.sentence_for(&error);
-                self.stop_failed(&device, sentence);
+            Role::Stop { device, run, user } => {
+                if user {
+                    let sentence = self.sentence_for(&error);
+                    self.stop_failed(&device, &run, sentence);
+                }
             }
         }
     }
 
     /// The stop did not reach Hermes: say so, and let a later `/stop` try again.
-    fn stop_failed(&mut self, device: &DeviceId, why: String) {
-        if let Some(t) = self.turn_mut(device) {
-            t.stopping = false;
-        }
+    fn stop_failed(&mut self, device: &DeviceId, run: &RunId, why: String) {
+        let current = self
+            .turn_mut(device)
+            .filter(|t| t.run.as_ref() == Some(run) && t.finishing == 0);
+        let Some(t) = current else {
+            return; // that run's turn is over
+        };
+        t.stopping = false;
         self.say(
             device,
             format!("The stop did not reach Hermes ({why}); send /stop again."),
@@ -1013,9 +1081,29 @@ impl HttpAgent {
         if raw.trim().is_empty() {
             raw = turn.output.take().unwrap_or_default();
         }
-        let (text, paths) = take_media_tags(&raw);
-        let (model_text, images) = take_data_images(&text);
         let mut notes = Vec::new();
+        if raw.len() > MAX_REPLY_BYTES {
+            // A whole output (run.completed, a non-streamed answer) has the same bound.
+            let mut end = MAX_REPLY_BYTES;
+            while !raw.is_char_boundary(end) {
+                end -= 1;
+            }
+            raw.truncate(end);
+            notes.push(format!("(cut: the answer passed {} KiB)", MAX_REPLY_BYTES / 1024));
+        }
+        let (text, mut paths) = take_media_tags(&raw);
+        let (model_text, images) = take_data_images(&text);
+        // Each path once, and a few per reply: every file is a read on the one file worker
+        // that every phone's uploads also wait for.
+        let mut seen = std::collections::HashSet::new();
+        paths.retain(|p| seen.insert(p.clone()));
+        if paths.len() > MAX_MEDIA_PER_REPLY {
+            notes.push(format!(
+                "({} more files were named; only the first {MAX_MEDIA_PER_REPLY} are sent.)",
+                paths.len() - MAX_MEDIA_PER_REPLY
+            ));
+            paths.truncate(MAX_MEDIA_PER_REPLY);
+        }
         let mut allowed = Vec::new();
         for path in paths {
             if media_path_allowed(&path, &media_dirs) {
@@ -1027,17 +1115,21 @@ impl HttpAgent {
                 ));
             }
         }
+        if turn.length_cut {
+            notes.push("(cut: the model reached its length limit)".into());
+        }
         let empty = model_text.trim().is_empty();
         let mut text = model_text.clone();
+        let problem = problem.map(str::to_owned).or_else(|| {
+            (!turn.complete).then(|| "interrupted: the stream ended before the answer was complete".into())
+        });
         if turn.stopping {
             text = if empty {
                 "Stopped.".into()
             } else {
                 format!("{text}\n\n(stopped)")
             };
-        } else if let Some(why) = problem.map(str::to_owned).or_else(|| {
-            (!turn.complete && !empty).then(|| "interrupted: the stream ended before the answer was complete".into())
-        }) {
+        } else if let Some(why) = problem {
             let why = capitalize(&why);
             text = if empty {
                 format!("⚠ {why}")
@@ -1122,18 +1214,29 @@ impl HttpAgent {
         d.turn = None;
         self.running = self.running.saturating_sub(1);
         self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
-        // This device's next message first, then devices waiting for a slot.
-        self.pending.push_back(device.clone());
+        // Its next message goes after the devices already waiting for a slot, so one busy
+        // phone cannot keep the slots to itself.
+        if self.waiting.is_empty() {
+            self.pending.push_back(device.clone());
+        } else if let Some(d) = self.devices.get_mut(device) {
+            d.queued = true;
+            self.waiting.push_back(device.clone());
+        }
     }
 
-    fn send_stop(&mut self, device: &DeviceId) {
+    fn send_stop(&mut self, device: &DeviceId, user: bool) {
         let headers = self.headers_for(device);
         let Some(run) = self.turn_mut(device).and_then(|t| t.run.clone()) else {
             return;
         };
         match hermes_runs::stop(&self.settings.endpoint, self.settings.key.as_deref(), &headers, &run) {
             Ok(bytes) => {
-                self.new_call(Role::Stop(device.clone()), bytes);
+                let role = Role::Stop {
+                    device: device.clone(),
+                    run,
+                    user,
+                };
+                self.new_call(role, bytes);
             }
             Err(why) => log::warn!("agent: the stop request could not be made: {why}"),
         }
@@ -1162,6 +1265,9 @@ impl HttpAgent {
             return self.note(device, text);
         };
         if turn.finishing > 0 || (turn.stopping && backend == Backend::OpenAi) {
+            if dropped > 0 {
+                self.say(device, format!("Stopped: {dropped} waiting message(s) not sent."));
+            }
             return;
         }
         turn.stopping = true;
@@ -1170,7 +1276,7 @@ impl HttpAgent {
         log::info!("agent: {device:?}: /stop ({dropped} waiting message(s) dropped)");
         match backend {
             // The run is told to stop; its stream then ends with run.cancelled.
-            Backend::Hermes if has_run => self.send_stop(device),
+            Backend::Hermes if has_run => self.send_stop(device, true),
             // Not started yet: stopped as soon as its id is known (`open_events`).
             Backend::Hermes if has_call => {}
             // A chat stream is simply dropped: the server stops when its client goes.
@@ -1181,16 +1287,22 @@ impl HttpAgent {
     /// `/new` from the phone (a gateway command).
     fn new_conversation(&mut self, device: &DeviceId) {
         let Some(d) = self.devices.get_mut(device) else { return };
-        if d.loading {
-            d.new_pending = true; // applied once the saved conversation is in
-            return;
-        }
         if d.turn.is_some() || !d.inbox.is_empty() || d.queued {
             return self.say(
                 device,
                 "An answer is still coming: /new after it ends (or /stop it first).".into(),
             );
         }
+        if d.loading {
+            // Applied once the saved conversation is in, before any later message.
+            d.new_pending = true;
+            return;
+        }
+        self.reset_conversation(device);
+    }
+
+    fn reset_conversation(&mut self, device: &DeviceId) {
+        let Some(d) = self.devices.get_mut(device) else { return };
         d.history.clear();
         d.conversation += 1;
         self.persist(device);
@@ -1225,7 +1337,7 @@ impl HttpAgent {
                 "The approval card expired, so the command was denied.".into(),
             );
         }
-        let headers = self.headers_for(&card.device);
+        let headers = self.headers_with(&card.device, card.conversation);
         // Posted also when the run is over: Hermes answers 409, which closes it quietly.
         match hermes_runs::answer_approval(
             &self.settings.endpoint,
@@ -1365,7 +1477,7 @@ fn role_name(role: &Role) -> &'static str {
         Role::Main(_) => "the request",
         Role::Events(_) => "the run's event stream",
         Role::Approval { .. } => "the approval answer",
-        Role::Stop(_) => "the stop request",
+        Role::Stop { .. } => "the stop request",
     }
 }
 
