@@ -31,6 +31,23 @@ fn gateway(url: &str, extra: &[(&str, &str)]) -> Server {
     Server::start(&settings)
 }
 
+/// A gateway on `state` (kept across restarts; the caller removes it) for `url`.
+fn gateway_at(state: &std::path::Path, url: &str, extra: &[(&str, &str)]) -> Server {
+    let mut cmd = std::process::Command::new(binary());
+    cmd.env_clear()
+        .env("MOBILE_PORT", "0")
+        .env("MOBILE_HOST", "127.0.0.1")
+        .env("MOBILE_TOKEN", TOKEN)
+        .env("MOBILE_STATE_DIR", state)
+        .env("MOBILE_AGENT", url)
+        .env("MOBILE_AGENT_MODEL", "m")
+        .env("RUST_LOG", "debug");
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    Server::spawn(cmd, temp_dir("unused"))
+}
+
 fn say(c: &mut Client, id: &str, text: &str) {
     c.send(json!({"t":"text","id":id,"text":text}));
 }
@@ -320,18 +337,7 @@ fn an_answer_cut_at_the_length_limit_says_so() {
 fn a_saved_conversation_that_is_not_readable_is_kept_aside() {
     let up = Upstream::start(|_, _, s| write(s, &answer(&["ok"])));
     let state = temp_dir("bad-conversation");
-    let start = |state: &std::path::Path| {
-        let mut cmd = std::process::Command::new(binary());
-        cmd.env_clear()
-            .env("MOBILE_PORT", "0")
-            .env("MOBILE_HOST", "127.0.0.1")
-            .env("MOBILE_TOKEN", TOKEN)
-            .env("MOBILE_STATE_DIR", state)
-            .env("MOBILE_AGENT", up.url())
-            .env("MOBILE_AGENT_MODEL", "m")
-            .env("RUST_LOG", "debug");
-        Server::spawn(cmd, temp_dir("unused"))
-    };
+    let start = |state: &std::path::Path| gateway_at(state, &up.url(), &[]);
     let server = start(&state);
     let mut c = Client::hello(&server, "tel-1");
     say(&mut c, "1", "remember this");
@@ -538,20 +544,11 @@ fn history_is_sent_bounded_survives_a_restart_and_new_clears_it() {
         write(s, &answer(&[&format!("answer {i}")]));
     });
     let state = temp_dir("history");
-    let start = |state: &std::path::Path| {
-        let mut cmd = std::process::Command::new(binary());
-        cmd.env_clear()
-            .env("MOBILE_PORT", "0")
-            .env("MOBILE_HOST", "127.0.0.1")
-            .env("MOBILE_TOKEN", TOKEN)
-            .env("MOBILE_STATE_DIR", state)
-            .env("MOBILE_AGENT", up.url())
-            .env("MOBILE_AGENT_MODEL", "m")
-            .env("MOBILE_AGENT_SYSTEM", "You are terse.")
-            .env("MOBILE_AGENT_HISTORY", "10000,4")
-            .env("RUST_LOG", "debug");
-        Server::spawn(cmd, temp_dir("unused"))
-    };
+    let settings = [
+        ("MOBILE_AGENT_SYSTEM", "You are terse."),
+        ("MOBILE_AGENT_HISTORY", "10000,4"),
+    ];
+    let start = |state: &std::path::Path| gateway_at(state, &up.url(), &settings);
     let server = start(&state);
     let mut c = Client::hello(&server, "tel-1");
     say(&mut c, "1", "first question");

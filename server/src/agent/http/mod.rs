@@ -455,15 +455,19 @@ impl HttpAgent {
         }
     }
 
-    /// One whole message (not part of a turn's reply).
-    fn say(&mut self, device: &DeviceId, text: String) {
-        let message = MessageId(self.id("note"));
+    fn reply(&mut self, device: &DeviceId, message: MessageId, text: String, done: bool) {
         self.out.push_back(AgentCommand::Reply {
             device: device.clone(),
             message,
             text,
-            done: true,
+            done,
         });
+    }
+
+    /// One whole message (not part of a turn's reply).
+    fn say(&mut self, device: &DeviceId, text: String) {
+        let message = MessageId(self.id("note"));
+        self.reply(device, message, text, true);
     }
 
     /// A message that answers the phone outside any turn: it ends the phone's turn unless
@@ -803,12 +807,7 @@ impl HttpAgent {
             let text = text.to_owned();
             turn.shown = true;
             let message = turn.message.clone();
-            self.out.push_back(AgentCommand::Reply {
-                device: device.clone(),
-                message,
-                text,
-                done: false,
-            });
+            self.reply(device, message, text, false);
         }
     }
 
@@ -1056,12 +1055,7 @@ impl HttpAgent {
             sentence
         };
         let message = turn.message.clone();
-        self.out.push_back(AgentCommand::Reply {
-            device: device.clone(),
-            message,
-            text,
-            done: true,
-        });
+        self.reply(device, message, text, true);
         self.close_turn(device, Vec::new());
     }
 
@@ -1151,12 +1145,7 @@ impl HttpAgent {
         let user_text = turn.input.history.clone();
         let message = turn.message.clone();
         // The final version always goes, also when it equals the last edit (M2: `done`).
-        self.out.push_back(AgentCommand::Reply {
-            device: device.clone(),
-            message,
-            text,
-            done: true,
-        });
+        self.reply(device, message, text, true);
         for (mime, data) in images {
             let ext = mime.rsplit('/').next().unwrap_or("img").to_owned();
             self.out.push_back(AgentCommand::SendFile {
@@ -1422,12 +1411,7 @@ impl Agent for HttpAgent {
             }
         }
         for (device, message, text) in edits {
-            self.out.push_back(AgentCommand::Reply {
-                device,
-                message,
-                text,
-                done: false,
-            });
+            self.reply(&device, message, text, false);
         }
         for device in retries {
             self.send_main(&device);
