@@ -414,6 +414,95 @@ fn a_slow_first_byte_within_the_timeout_is_waited_for() {
     assert_eq!(one_reply(&mut c), "worth the wait");
 }
 
+/// A listening socket whose backlog is full: a connection to it is never completed (the
+/// kernel drops the SYN), as with a black-holed host. Returns the port and what to keep.
+fn black_hole() -> (u16, i32, std::net::TcpStream) {
+    // SAFETY: plain socket calls on a descriptor this function owns; errors are checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let mut addr: libc::sockaddr_in = std::mem::zeroed();
+        addr.sin_family = libc::AF_INET as libc::sa_family_t;
+        addr.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(libc::bind(fd, &addr as *const _ as *const libc::sockaddr, len), 0);
+        assert_eq!(libc::listen(fd, 0), 0);
+        let mut bound: libc::sockaddr_in = std::mem::zeroed();
+        let mut blen = len;
+        libc::getsockname(fd, &mut bound as *mut _ as *mut libc::sockaddr, &mut blen);
+        let port = u16::from_be(bound.sin_port);
+        // One connection fills a backlog of 0; it is never accepted.
+        let filler = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        (port, fd, filler)
+    }
+}
+
+#[test]
+fn a_black_holed_upstream_times_out_the_connect_and_holds_nobody() {
+    let (port, fd, _filler) = black_hole();
+    // The kernel may still complete a handshake or two into a full backlog: fill it up.
+    let _more: Vec<_> = (0..4)
+        .filter_map(|_| {
+            let s = std::net::TcpStream::connect_timeout(
+                &std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+                Duration::from_millis(200),
+            );
+            s.ok()
+        })
+        .collect();
+    let url = format!("openai:http://127.0.0.1:{port}/v1");
+    let server = gateway(&url, &[("MOBILE_AGENT_TIMEOUTS", "1,3,2")]);
+    let mut stuck = Client::hello(&server, "tel-stuck");
+    say(&mut stuck, "1", "hello");
+    let mut other = Client::hello(&server, "tel-other");
+    for i in 0..20 {
+        other.send(json!({"t":"ping","ts":i}));
+        assert_eq!(other.until("pong").last().unwrap()["ts"], i);
+    }
+    let health = server.http("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(
+        !server.log_text().contains("did not answer the connection"),
+        "the other phone and /healthz were answered while the connect was pending"
+    );
+    // Three attempts (1 s each, 1 s and 2 s apart), then one sentence.
+    let text = one_reply(&mut stuck);
+    assert!(text.contains("did not answer the connection in time"), "{text}");
+    unsafe { libc::close(fd) };
+}
+
+#[test]
+fn a_phone_that_goes_offline_mid_answer_gets_it_when_back() {
+    // M4: the answer keeps streaming into the hold; the phone gets its final version.
+    let up = Upstream::start(|_, _, s| {
+        write(s, SSE_HEAD);
+        write(s, &delta("Begun"));
+        std::thread::sleep(Duration::from_millis(800));
+        write(s, &delta(", and finished while you were away."));
+        write(s, DONE);
+    });
+    let server = gateway(&up.url(), &[]);
+    let mut c = Client::hello(&server, "tel-1");
+    say(&mut c, "1", "go");
+    loop {
+        if c.recv()["t"] == "message" {
+            break;
+        }
+    }
+    drop(c);
+    wait_until("the answer to finish upstream", Duration::from_secs(5), || {
+        server.log_text().contains("closed")
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    // Held output comes right after ready: the message's final version (typing is not held).
+    let mut back = Client::hello(&server, "tel-1");
+    let mut frames = Vec::new();
+    while !finals(&frames).iter().any(|t| t.starts_with("Begun")) {
+        frames.push(back.recv());
+    }
+    assert_eq!(finals(&frames), ["Begun, and finished while you were away."]);
+}
+
 #[test]
 fn an_upstream_that_never_answers_does_not_hold_other_phones() {
     // Black-holed after accept: the request goes in and nothing ever comes back.
@@ -566,6 +655,7 @@ fn history_is_sent_bounded_survives_a_restart_and_new_clears_it() {
             .into_iter()
             .flatten()
             .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
             .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("answer 1")))
     });
     drop(c);
