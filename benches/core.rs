@@ -194,11 +194,36 @@ fn dispatch(c: &mut Criterion) {
     g.finish();
 }
 
+/// A parser past the head of a chunked answer, ready for body chunks.
+fn chunked_response() -> hermes_mobile::upstream::ResponseParser {
+    let mut p = hermes_mobile::upstream::ResponseParser::new(false);
+    let mut events = Vec::new();
+    p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &mut events)
+        .unwrap();
+    p
+}
+
+/// One HTTP chunk through the response parser and the SSE decoder.
+fn decode_chunk(
+    p: &mut hermes_mobile::upstream::ResponseParser,
+    d: &mut hermes_mobile::upstream::SseDecoder,
+    chunk: &[u8],
+    events: &mut Vec<hermes_mobile::upstream::ResponseEvent>,
+    out: &mut Vec<hermes_mobile::upstream::SseItem>,
+) {
+    p.feed(chunk, events).unwrap();
+    for e in events.drain(..) {
+        if let hermes_mobile::upstream::ResponseEvent::Body(bytes) = e {
+            d.feed(&bytes, out).unwrap();
+        }
+    }
+}
+
 /// One streamed token as an OpenAI-compatible server sends it (issue 11): decoding the
 /// SSE event (and its HTTP chunk) must cost far less than parsing its JSON payload.
 fn upstream(c: &mut Criterion) {
     use hermes_mobile::upstream::{
-        parse_stream_data, Coalescer, ResponseParser, SseDecoder, SseItem, StreamItem, DEFAULT_EDIT_INTERVAL,
+        parse_stream_data, Coalescer, SseDecoder, SseItem, StreamItem, DEFAULT_EDIT_INTERVAL,
     };
     let mut g = c.benchmark_group("upstream_token");
     let payload = r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":" word"},"finish_reason":null}]}"#;
@@ -214,20 +239,12 @@ fn upstream(c: &mut Criterion) {
         })
     });
     g.bench_function("chunked_and_sse_decode", |b| {
-        let mut p = ResponseParser::new(false);
+        let mut p = chunked_response();
         let mut events = Vec::new();
-        p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &mut events)
-            .unwrap();
-        events.clear();
         let mut d = SseDecoder::default();
         let mut out = Vec::with_capacity(4);
         b.iter(|| {
-            p.feed(black_box(chunk.as_bytes()), &mut events).unwrap();
-            for e in events.drain(..) {
-                if let hermes_mobile::upstream::ResponseEvent::Body(bytes) = e {
-                    d.feed(&bytes, &mut out).unwrap();
-                }
-            }
+            decode_chunk(&mut p, &mut d, black_box(chunk.as_bytes()), &mut events, &mut out);
             black_box(out.drain(..).count())
         })
     });
@@ -235,11 +252,8 @@ fn upstream(c: &mut Criterion) {
     // the SSE event, its JSON payload, and the coalescer (an edit handed out every 30
     // tokens at 10 ms apart, as a fast model streams; the text restarts every 1,000).
     g.bench_function("token_in_to_coalesced_edit", |b| {
-        let mut p = ResponseParser::new(false);
+        let mut p = chunked_response();
         let mut events = Vec::new();
-        p.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n", &mut events)
-            .unwrap();
-        events.clear();
         let mut d = SseDecoder::default();
         let mut out = Vec::with_capacity(4);
         let mut coalescer = Coalescer::new(DEFAULT_EDIT_INTERVAL);
@@ -251,12 +265,7 @@ fn upstream(c: &mut Criterion) {
             }
             let now = Time::from_millis(tokens * 10);
             let mut edits = 0;
-            p.feed(black_box(chunk.as_bytes()), &mut events).unwrap();
-            for e in events.drain(..) {
-                if let hermes_mobile::upstream::ResponseEvent::Body(bytes) = e {
-                    d.feed(&bytes, &mut out).unwrap();
-                }
-            }
+            decode_chunk(&mut p, &mut d, black_box(chunk.as_bytes()), &mut events, &mut out);
             for item in out.drain(..) {
                 if let SseItem::Event(ev) = item {
                     if let StreamItem::Delta(text) = parse_stream_data(&ev.data) {

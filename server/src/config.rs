@@ -592,7 +592,7 @@ fn http_config(
             ));
         };
         let name = name.trim();
-        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        if !hermes_mobile::upstream::openai::header_name_ok(name) {
             return Err(format!("MOBILE_AGENT_HEADERS: {name:?} is not a header name"));
         }
         if name.eq_ignore_ascii_case("authorization") || name.eq_ignore_ascii_case("host") {

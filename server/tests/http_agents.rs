@@ -98,6 +98,8 @@ fn one_reply(c: &mut Client) -> String {
 
 #[test]
 fn sse_one_byte_per_read_streams_edits_and_ends_the_turn() {
+    // decisions M2 (one message edited in place, the last version done), M3 (avatar
+    // thinking and typing first, typing stop at the end of the turn).
     let up = Upstream::start(|_, _, s| {
         for b in answer(&["Hel", "lo", " wor", "ld"]).bytes() {
             let _ = s.write_all(&[b]);
@@ -598,6 +600,7 @@ fn unreachable_and_unresolvable_upstreams_are_clear_and_healthz_says_so() {
 
 #[test]
 fn two_thousand_deltas_arrive_as_few_edits_and_the_exact_text() {
+    // decisions M2: edits of one message; coalesced, the final version exact.
     let words: Vec<String> = (0..2000).map(|i| format!("w{i} ")).collect();
     let expected: String = words.concat();
     let up = Upstream::start(move |_, _, s| {
@@ -626,6 +629,7 @@ fn two_thousand_deltas_arrive_as_few_edits_and_the_exact_text() {
 
 #[test]
 fn history_is_sent_bounded_survives_a_restart_and_new_clears_it() {
+    // decisions L44: /new is the gateway's, never the model's.
     let n = Arc::new(AtomicUsize::new(0));
     let counter = Arc::clone(&n);
     let up = Upstream::start(move |_, _, s| {
@@ -967,6 +971,8 @@ fn hermes_runs_stream_approvals_as_cards_and_send_the_answer() {
 
 #[test]
 fn hermes_an_expired_card_denies_and_a_409_is_quiet() {
+    // decisions P5 (an unanswered card expires with its safe default) and L44 (expiry
+    // answers Hermes deny, a 409 closes it quietly).
     let up = hermes(
         |s, requests| {
             write(
@@ -1001,6 +1007,7 @@ fn hermes_an_expired_card_denies_and_a_409_is_quiet() {
 
 #[test]
 fn hermes_stop_from_the_phone_cancels_the_run() {
+    // decisions L44: /stop is the gateway's; it stops the run through Hermes' API.
     let up = hermes(
         |s, requests| {
             write(s, &event(json!({"event":"message.delta","delta":"Working on it"})));

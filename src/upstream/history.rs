@@ -35,11 +35,15 @@ impl History {
 
     /// A history read back from disk, with this run's bounds applied.
     pub fn from_json(json: &str, max_chars: usize, max_turns: usize) -> Result<History, serde_json::Error> {
-        let mut h: History = serde_json::from_str(json)?;
-        h.max_chars = max_chars;
-        h.max_turns = max_turns.max(2);
-        h.trim();
-        Ok(h)
+        Ok(serde_json::from_str::<History>(json)?.with_bounds(max_chars, max_turns))
+    }
+
+    /// This history under these bounds (a deserialized one has none), trimmed to them.
+    pub fn with_bounds(mut self, max_chars: usize, max_turns: usize) -> History {
+        self.max_chars = max_chars;
+        self.max_turns = max_turns.max(2);
+        self.trim();
+        self
     }
 
     pub fn to_json(&self) -> String {
@@ -67,11 +71,16 @@ impl History {
         self.turns.iter().map(|t| t.content.chars().count()).sum()
     }
 
-    /// The messages of a chat-completions request: the system prompt (if any) first.
-    pub fn messages(&self, system: Option<&str>) -> Vec<serde_json::Value> {
+    /// The system prompt as a message, if there is one.
+    pub fn system_message(system: Option<&str>) -> Option<serde_json::Value> {
         system
             .filter(|s| !s.is_empty())
             .map(|s| serde_json::json!({"role": "system", "content": s}))
+    }
+
+    /// The messages of a chat-completions request: the system prompt (if any) first.
+    pub fn messages(&self, system: Option<&str>) -> Vec<serde_json::Value> {
+        History::system_message(system)
             .into_iter()
             .chain(
                 self.turns

@@ -94,6 +94,11 @@ fn port_of(p: &str) -> Result<u16, String> {
     }
 }
 
+/// Whether `name` is a header name this gateway sends (letters, digits and `-`).
+pub fn header_name_ok(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+}
+
 /// Whether `value` may go into a header line as is.
 pub fn header_safe(value: &str) -> bool {
     !value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0)
@@ -178,8 +183,7 @@ pub fn request_bytes(
         head.push_str(&format!("Authorization: Bearer {key}\r\n"));
     }
     for (name, value) in headers {
-        let name_ok = !name.is_empty() && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-');
-        if !name_ok || !header_safe(value) {
+        if !header_name_ok(name) || !header_safe(value) {
             return Err("an extra header is not a valid header line");
         }
         head.push_str(&format!("{name}: {value}\r\n"));

@@ -2,8 +2,8 @@
 //!
 //! It follows the WHATWG "event stream interpretation": lines end in CRLF, LF or CR (a CR at
 //! the end of one read and an LF at the start of the next are one line end); a line
-//! starting with `:` is a comment (servers send them as keepalives, and the caller resets
-//! its idle timer on them); `field: value` with one optional space after the colon;
+//! starting with `:` is a comment (servers send them as keepalives; they are bytes read,
+//! so they reset the gateway's idle timer like any others); `field: value` with one optional space after the colon;
 //! `data` lines are joined with `\n`; an empty line dispatches the event, and an event
 //! with no `data` is dropped. A UTF-8 byte order mark at the very start is skipped.
 //!

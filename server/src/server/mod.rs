@@ -336,10 +336,10 @@ impl Server {
                     agent_io::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
                     agent_io::CHILD_STDERR => self.read_child_stderr(),
                     token if self.agent_io.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
-                    token if HttpClient::owns(token).is_some() => {
-                        self.on_upstream_ready(HttpClient::owns(token).unwrap_or_default(), now)
-                    }
-                    Token(key) => self.on_io(key, now),
+                    token => match HttpClient::owns(token) {
+                        Some(call) => self.on_upstream_ready(call, now),
+                        None => self.on_io(token.0, now),
+                    },
                 }
             }
             self.fire_timers(now);

@@ -23,7 +23,6 @@ pub fn path_of(dir: &Path, device: &DeviceId) -> PathBuf {
 
 /// The file's contents.
 pub fn to_json(device: &DeviceId, conversation: u64, history: &History) -> Vec<u8> {
-    let history: Value = serde_json::from_str(&history.to_json()).unwrap_or(Value::Null);
     json!({"device": device.as_str(), "conversation": conversation, "history": history})
         .to_string()
         .into_bytes()
@@ -31,11 +30,13 @@ pub fn to_json(device: &DeviceId, conversation: u64, history: &History) -> Vec<u
 
 /// Reads a file back: the conversation number and history, if it is `device`'s.
 pub fn from_json(data: &[u8], device: &DeviceId, max_chars: usize, max_turns: usize) -> Option<(u64, History)> {
-    let v: Value = serde_json::from_slice(data).ok()?;
+    let mut v: Value = serde_json::from_slice(data).ok()?;
     if v.get("device").and_then(Value::as_str) != Some(device.as_str()) {
         return None;
     }
-    let history = History::from_json(&v.get("history")?.to_string(), max_chars, max_turns).ok()?;
+    let history = serde_json::from_value::<History>(v.get_mut("history")?.take())
+        .ok()?
+        .with_bounds(max_chars, max_turns);
     Some((v.get("conversation").and_then(Value::as_u64).unwrap_or(1), history))
 }
 

@@ -2,7 +2,6 @@
 //! part for a vision model or a note otherwise, other files as notes (small text files with
 //! their content), voice as its recognized text.
 
-use base64::Engine as _;
 use hermes_mobile::uploads::ReceivedFile;
 use hermes_mobile::wire::UploadKind;
 use serde_json::{json, Value};
@@ -41,10 +40,7 @@ impl Input {
         match &self.image {
             None => Value::String(self.text.clone()),
             Some((mime, data)) => {
-                let url = format!(
-                    "data:{mime};base64,{}",
-                    base64::engine::general_purpose::STANDARD.encode(data)
-                );
+                let url = format!("data:{mime};base64,{}", hermes_mobile::base64::encode(data));
                 json!([
                     {"type": "text", "text": self.text},
                     {"type": "image_url", "image_url": {"url": url}},
@@ -115,30 +111,6 @@ fn looks_textual(mime: &str, filename: &str) -> bool {
         ]
         .iter()
         .any(|e| name.ends_with(e))
-}
-
-/// The MIME type of a file the agent names, from its extension.
-pub fn mime_of(filename: &str) -> &'static str {
-    let ext = filename.rsplit('.').next().unwrap_or("").to_ascii_lowercase();
-    match ext.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "ogg" | "oga" | "opus" => "audio/ogg",
-        "mp3" => "audio/mpeg",
-        "wav" => "audio/wav",
-        "m4a" => "audio/mp4",
-        "mp4" => "video/mp4",
-        "webm" => "video/webm",
-        "pdf" => "application/pdf",
-        "txt" | "log" => "text/plain",
-        "md" => "text/markdown",
-        "csv" => "text/csv",
-        "json" => "application/json",
-        "html" => "text/html",
-        _ => "application/octet-stream",
-    }
 }
 
 #[cfg(test)]

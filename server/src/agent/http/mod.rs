@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use super::{Agent, Refused};
 use crate::fileio::LoadError;
 use crate::http_client::{CallError, CallEvent, CallId};
-use input::{input_of, mime_of, Input};
+use input::{input_of, Input};
 
 /// Messages a device may send while its turn runs; more are refused with a note.
 const INBOX_LIMIT: usize = 8;
@@ -301,18 +301,18 @@ impl HttpAgent {
     /// A file the agent asked for was read (or not).
     pub fn handle_loaded(&mut self, now: Time, tag: u64, result: Result<Vec<u8>, LoadError>) {
         match self.loads.remove(&tag) {
-            Some(Load::Media { device, path }) => self.media_loaded(now, device, path, result),
+            Some(Load::Media { device, path }) => self.media_loaded(device, path, result),
             Some(Load::Conversation(device)) => self.conversation_loaded(device, result),
             None => {}
         }
         self.start_waiting(now);
     }
 
-    fn media_loaded(&mut self, now: Time, device: DeviceId, path: String, result: Result<Vec<u8>, LoadError>) {
+    fn media_loaded(&mut self, device: DeviceId, path: String, result: Result<Vec<u8>, LoadError>) {
         match result {
             Ok(data) => {
                 let filename = path.rsplit('/').next().unwrap_or("file").to_owned();
-                let mime = mime_of(&filename);
+                let mime = hermes_mobile::mime::guess_mime(&filename);
                 let kind = match mime.split('/').next() {
                     Some("image") => DownloadKind::Image,
                     Some("audio") => DownloadKind::Voice,
@@ -341,7 +341,7 @@ impl HttpAgent {
                 self.say(&device, format!("(A file could not be sent: {why}.)"));
             }
         }
-        self.file_done(now, &device);
+        self.file_done(&device);
     }
 
     fn conversation_loaded(&mut self, device: DeviceId, result: Result<Vec<u8>, LoadError>) {
@@ -592,7 +592,9 @@ impl HttpAgent {
         let request = match self.settings.backend {
             Backend::OpenAi => {
                 let mut messages = if keeps {
-                    History::new(0, 2).messages(self.settings.system.as_deref())
+                    History::system_message(self.settings.system.as_deref())
+                        .into_iter()
+                        .collect()
                 } else {
                     d.history.messages(self.settings.system.as_deref())
                 };
@@ -702,7 +704,7 @@ impl HttpAgent {
         let mut items = Vec::new();
         if turn.sse.feed(bytes, &mut items).is_err() {
             log::warn!("agent: an event over {MAX_EVENT_BYTES} bytes; the stream is cut");
-            return self.cut(now, device, "the agent sent an event too large to read");
+            return self.cut(device, "the agent sent an event too large to read");
         }
         for item in items {
             let SseItem::Event(event) = item else { continue };
@@ -729,11 +731,11 @@ impl HttpAgent {
                             if let Some(t) = self.turn_mut(device) {
                                 t.complete = true;
                             }
-                            self.end_stream(now, device, None);
+                            self.end_stream(device, None);
                         }
                         StreamItem::Error(message) => {
                             let note = format!("the model server reported: {message}");
-                            self.cut(now, device, &note);
+                            self.cut(device, &note);
                         }
                         StreamItem::Malformed => log::warn!(
                             "agent: a stream event is not a chat chunk: {:?}",
@@ -761,21 +763,21 @@ impl HttpAgent {
                             t.complete = true;
                             t.output = Some(output);
                         }
-                        self.end_stream(now, device, None);
+                        self.end_stream(device, None);
                     }
                     RunEvent::Failed { error } => {
                         if let Some(t) = self.turn_mut(device) {
                             t.complete = true; // the run is over: nothing to stop
                         }
                         let note = format!("Hermes reported: {error}");
-                        self.cut(now, device, &note);
+                        self.cut(device, &note);
                     }
                     RunEvent::Cancelled => {
                         if let Some(t) = self.turn_mut(device) {
                             t.complete = true;
                             t.stopping = true;
                         }
-                        self.end_stream(now, device, None);
+                        self.end_stream(device, None);
                     }
                     RunEvent::Ignored => {}
                     RunEvent::Malformed => log::warn!(
@@ -789,19 +791,19 @@ impl HttpAgent {
 
     /// Ends the turn now with `note`: the call is dropped, and a Hermes run is told to stop
     /// (it would otherwise go on with nobody reading it).
-    fn cut(&mut self, now: Time, device: &DeviceId, note: &str) {
+    fn cut(&mut self, device: &DeviceId, note: &str) {
         let run_going = self.turn_mut(device).is_some_and(|t| t.run.is_some() && !t.complete);
         if run_going {
             self.send_stop(device, false);
         }
-        self.end_stream(now, device, Some(note));
+        self.end_stream(device, Some(note));
     }
 
     fn delta(&mut self, now: Time, device: &DeviceId, delta: &str) {
         let Some(turn) = self.turn_mut(device) else { return };
         if turn.coalescer.text().len() + delta.len() > MAX_REPLY_BYTES {
             let note = format!("cut: the answer passed {} KiB", MAX_REPLY_BYTES / 1024);
-            return self.cut(now, device, &note);
+            return self.cut(device, &note);
         }
         if let Some(text) = turn.coalescer.push(now, delta) {
             let text = text.to_owned();
@@ -862,7 +864,7 @@ impl HttpAgent {
                             t.output = whole;
                         }
                     }
-                    return self.end_stream(now, &device, None);
+                    return self.end_stream(&device, None);
                 }
                 if (status == 200 || status == 202) && self.settings.backend == Backend::Hermes {
                     return match parse_run_started(&answer.body) {
@@ -878,7 +880,7 @@ impl HttpAgent {
                 }
                 let whole = self.turn_mut(&device).is_some_and(|t| t.complete);
                 if status == 200 && whole {
-                    return self.end_stream(now, &device, None);
+                    return self.end_stream(&device, None);
                 }
                 // A dropped event stream cannot be picked up again: the run is stopped
                 // rather than left running (tools, approvals) with nobody reading it.
@@ -887,7 +889,7 @@ impl HttpAgent {
                 } else {
                     status_outcome(status, None).0
                 };
-                self.cut(now, &device, &note);
+                self.cut(&device, &note);
             }
             Role::Approval { device, choice } => match status {
                 200..=299 if choice == "always" => self.say(
@@ -946,7 +948,7 @@ impl HttpAgent {
             .turn_mut(device)
             .map_or((MAX_ATTEMPTS, false), |t| (t.attempt, t.stopping));
         if stopping {
-            return self.end_stream(now, device, None);
+            return self.end_stream(device, None);
         }
         let wait = match retry {
             Retry::After(s) => Some(Duration::from_secs(s).min(MAX_RETRY_WAIT)),
@@ -981,10 +983,10 @@ impl HttpAgent {
                 let (shown, attempt, complete, stopping) = (turn.shown, turn.attempt, turn.complete, turn.stopping);
                 if complete || stopping {
                     // All of it came (the connection broke after the end), or /stop.
-                    return self.end_stream(now, &device, None);
+                    return self.end_stream(&device, None);
                 }
                 if shown {
-                    return self.end_stream(now, &device, Some(&format!("interrupted: {error}")));
+                    return self.end_stream(&device, Some(&format!("interrupted: {error}")));
                 }
                 if error.before_request() && attempt < MAX_ATTEMPTS {
                     return self.retry_later(now, &device, backoff(attempt), &error.to_string());
@@ -996,10 +998,10 @@ impl HttpAgent {
                 let Some(turn) = self.turn_mut(&device) else { return };
                 turn.call = None;
                 if turn.complete {
-                    return self.end_stream(now, &device, None);
+                    return self.end_stream(&device, None);
                 }
                 let note = format!("interrupted: the run's event stream: {error}");
-                self.cut(now, &device, &note);
+                self.cut(&device, &note);
             }
             Role::Approval { device, .. } => {
                 let sentence = self.sentence_for(&error);
@@ -1060,17 +1062,14 @@ impl HttpAgent {
     }
 
     /// The stream is over, whole or not: the final version, its files, the conversation.
-    fn end_stream(&mut self, _now: Time, device: &DeviceId, problem: Option<&str>) {
+    fn end_stream(&mut self, device: &DeviceId, problem: Option<&str>) {
         let media_dirs = self.settings.media_dirs.clone();
         let Some(d) = self.devices.get_mut(device) else { return };
         let Some(turn) = d.turn.as_mut() else { return };
         if turn.finishing > 0 {
             return;
         }
-        if let Some(call) = turn.call.take() {
-            self.calls.remove(&call);
-            self.io.push_back(HttpIo::Cancel(call));
-        }
+        // The call, if one is still open, is dropped by `close_turn` below.
         let mut raw = turn.coalescer.text().to_owned();
         if raw.trim().is_empty() {
             raw = turn.output.take().unwrap_or_default();
@@ -1189,11 +1188,11 @@ impl HttpAgent {
             };
             self.load(what, PathBuf::from(path), MEDIA_LIMIT);
         }
-        self.file_done(Time::ZERO, device);
+        self.file_done(device);
     }
 
     /// One of the turn's files is done (or, from `close_turn`, the reply itself).
-    fn file_done(&mut self, _now: Time, device: &DeviceId) {
+    fn file_done(&mut self, device: &DeviceId) {
         let Some(turn) = self.turn_mut(device) else { return };
         turn.finishing = turn.finishing.saturating_sub(1);
         if turn.finishing > 0 {
@@ -1233,7 +1232,7 @@ impl HttpAgent {
 
     /// `/stop` from the phone (a gateway command): the running answer, and the messages
     /// waiting behind it.
-    fn stop(&mut self, now: Time, device: &DeviceId) {
+    fn stop(&mut self, device: &DeviceId) {
         let backend = self.settings.backend;
         let dropped = match self.devices.get_mut(device) {
             Some(d) => {
@@ -1269,7 +1268,7 @@ impl HttpAgent {
             // Not started yet: stopped as soon as its id is known (`open_events`).
             Backend::Hermes if has_call => {}
             // A chat stream is simply dropped: the server stops when its client goes.
-            _ => self.end_stream(now, device, None),
+            _ => self.end_stream(device, None),
         }
     }
 
@@ -1366,7 +1365,7 @@ impl Agent for HttpAgent {
                         self.device(now, &device);
                         self.new_conversation(&device);
                     }
-                    Some("/stop") => self.stop(now, &device),
+                    Some("/stop") => self.stop(&device),
                     _ => match input_of(text, audio.is_some(), file, self.settings.vision) {
                         Ok(input) => self.on_message(now, device, input),
                         Err(note) => self.note(&device, note),
@@ -1418,7 +1417,7 @@ impl Agent for HttpAgent {
         }
         for device in too_long {
             let note = format!("stopped after {} minutes", MAX_TURN.as_secs() / 60);
-            self.cut(now, &device, &note);
+            self.cut(&device, &note);
         }
         self.start_waiting(now);
     }
