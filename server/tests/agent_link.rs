@@ -523,3 +523,38 @@ fn agents_on_the_agent_route_send_data_not_paths() {
     let e = agent.recv();
     assert_eq!((e["ref"].clone(), e["code"].clone()), (json!("f"), json!("forbidden")));
 }
+
+/// Issue 17 (the `/agent` byte-count leak): lines handed to an `/agent` agent leave the
+/// queued-bytes count once its socket took them. The count used to grow by every line and
+/// never shrink, so with a small budget (L36) the loop soon closed ordinary phones as
+/// "client too slow" although every byte had been read.
+#[test]
+fn lines_read_by_an_agent_route_agent_leave_the_queued_bytes() {
+    let server = link_server(&[("MOBILE_AGENT_TOKEN", AGENT_TOKEN), ("MOBILE_MEMORY_BUDGET", "16")]);
+    let mut agent = agent_ws(&server);
+    agent.send(json!({"t":"hello","v":1,"token":AGENT_TOKEN}));
+    assert_eq!(agent.recv()["t"], "welcome");
+    let mut phone = Client::hello(&server, "tel-1");
+    let baseline = health(&server)["queued_bytes"].as_u64().expect("queued_bytes");
+    // 1,000 texts of 10,000 characters: about 10 MB of lines, past the 8 MiB outbox share
+    // of a 16 MiB budget.
+    let text = "x".repeat(10_000);
+    let mut read = 0;
+    for i in 0..1000 {
+        say(&mut phone, &format!("m{i}"), &text);
+        // The agent reads as it goes, like a real one.
+        while i % 50 == 49 && read < i + 1 {
+            let f = agent.next().unwrap_or_else(|e| panic!("{e:?} {}", server.log_text()));
+            read += usize::from(f["t"] == "message");
+        }
+    }
+    while read < 1000 {
+        read += usize::from(agent.recv()["t"] == "message");
+    }
+    wait_until("queued_bytes back at its baseline", Duration::from_secs(5), || {
+        health(&server)["queued_bytes"].as_u64() == Some(baseline)
+    });
+    // The phone that only sent is still connected and gets its answer.
+    agent.send(json!({"t":"reply","device":"tel-1","id":"a","text":"read them all"}));
+    assert_eq!(next_text(&mut phone)["text"], "read them all");
+}

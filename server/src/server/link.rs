@@ -93,14 +93,12 @@ impl Server {
 
     fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
         match self.agent_io.home(peer) {
-            Some(PeerHome::Ws(key, generation)) => {
-                if let Some(conn) = self.conns.get_mut(key).filter(|c| c.generation == generation) {
-                    line.pop(); // a WebSocket message is the line without its newline
-                    self.outbox_total += line.len();
-                    conn.queue(line);
-                    self.touched.push(key);
-                }
+            Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
+                line.pop(); // a WebSocket message is the line without its newline
+                self.conns.queue(key, line);
+                self.touched.push(key);
             }
+            Some(PeerHome::Ws(..)) => {}
             Some(home) => {
                 if let Err(why) = self.agent_io.write(home, line) {
                     self.end_link_peer(peer, &why, now);

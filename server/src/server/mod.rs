@@ -13,14 +13,13 @@ use hermes_mobile::agent_link::{AgentLink, FileHandover, QueueLimits};
 use hermes_mobile::{AgentEvent, ConnId, Gateway, Output, Peer, Time};
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
-use slab::Slab;
 
 use crate::agent::demo::DemoAgent;
 use crate::agent::http::HttpAgent;
 use crate::agent::link::LinkAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
-use crate::conn::{Conn, Discarded, Drained, Incoming, Phase};
+use crate::conn::{Connections, Discarded, Drained, Incoming, Phase};
 use crate::fileio::{FileWorker, Ticket};
 use crate::http::{self, Head, Route};
 use crate::http_client::{dns::Resolver, HttpClient, Target};
@@ -52,8 +51,8 @@ pub struct Server {
     poll: Poll,
     listener: Option<TcpListener>,
     local_addr: SocketAddr,
-    conns: Slab<Conn>,
-    next_generation: u32,
+    /// The connections, and the one count of the bytes queued for them.
+    conns: Connections,
     wheel: Wheel,
     core: Gateway,
     agent: Box<dyn Agent>,
@@ -98,8 +97,6 @@ pub struct Server {
     /// A heap trim is on the wheel (`memory::trim`), armed when memory was let go.
     trim_armed: bool,
     signals: StopSignals,
-    /// Bytes of frames queued for all connections, not yet taken by their sockets.
-    outbox_total: usize,
     /// SIGINT or SIGTERM arrived.
     stop_requested: bool,
 }
@@ -191,8 +188,7 @@ impl Server {
             poll,
             listener: Some(listener),
             local_addr,
-            conns: Slab::with_capacity(64),
-            next_generation: 1,
+            conns: Connections::with_capacity(64),
             wheel: Wheel::new(origin, Duration::from_millis(10), 4096),
             core: Gateway::new(core_config),
             agent,
@@ -219,7 +215,6 @@ impl Server {
             accept_retry_armed: false,
             trim_armed: false,
             signals,
-            outbox_total: 0,
             stop_requested: false,
         })
     }
@@ -354,9 +349,7 @@ impl Server {
                 self.drive(now);
             }
             for key in self.dead.drain(..) {
-                if self.conns.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
-                    self.conns.remove(key);
-                }
+                self.conns.free_dead(key);
             }
         }
     }
@@ -405,19 +398,14 @@ impl Server {
             return;
         }
         let _ = stream.set_nodelay(true);
-        let generation = self.next_generation;
-        self.next_generation = self.next_generation.wrapping_add(1).max(1);
-        let entry = self.conns.vacant_entry();
-        let key = entry.key();
-        if let Err(e) = self
-            .poll
-            .registry()
-            .register(&mut stream, Token(key), Interest::READABLE | Interest::WRITABLE)
-        {
-            log::warn!("cannot register {peer}: {e}");
-            return;
-        }
-        entry.insert(Conn::new(stream, peer, generation, now));
+        let registry = self.poll.registry();
+        let register = |stream: &mut TcpStream, key| {
+            registry.register(stream, Token(key), Interest::READABLE | Interest::WRITABLE)
+        };
+        let (key, generation) = match self.conns.insert(stream, peer, now, register) {
+            Ok(added) => added,
+            Err(e) => return log::warn!("cannot register {peer}: {e}"),
+        };
         // decisions H7: the request head and the upgrade are inside the hello timeout.
         self.wheel.insert(
             now + self.config.core.hello_timeout,
@@ -493,7 +481,7 @@ impl Server {
                     "open_prompts": stats.open_prompts,
                     "dedup_entries": stats.dedup_entries,
                     "timers": stats.timers,
-                    "queued_bytes": self.outbox_total,
+                    "queued_bytes": self.conns.queued_bytes(),
                     "agent": self.agent_health(),
                 })
                 .to_string();
@@ -553,7 +541,7 @@ impl Server {
             // An agent over the network: the link, not the core, speaks with it; its
             // `hello` must carry MOBILE_AGENT_TOKEN (checked by the link).
             let link_peer = self.agent_io.new_peer(PeerHome::Ws(key, generation));
-            conn.agent_peer = Some(link_peer);
+            self.conns.make_agent_peer(key, link_peer);
             log::info!("conn {key}: {peer} opened /agent");
             if let Some(link) = self.agent.link_agent() {
                 link.link().handle_peer_open(link_peer, true);
@@ -586,7 +574,7 @@ impl Server {
         }
         let t = self.time(now);
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if conn.agent_peer.is_some() && !conn.closing && conn.close_after.is_none() {
+        if conn.agent_peer().is_some() && !conn.closing && conn.close_after.is_none() {
             // Lines behind a command's file wait in the socket, not in memory (L42).
             if self.agent.link_agent().is_some_and(|l| !l.wants_lines()) {
                 self.link_paused = true;
@@ -598,7 +586,7 @@ impl Server {
         let read = conn.read_ws(now, &mut incoming);
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
         let mut too_big = false;
-        if let Some(peer) = conn.agent_peer {
+        if let Some(peer) = conn.agent_peer() {
             let authenticated = conn.device.is_some();
             if let Some(link) = self.agent.link_agent() {
                 for msg in incoming.drain(..) {
@@ -712,14 +700,11 @@ impl Server {
             Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
         };
         let (key, generation) = split_id(id);
-        let Some(conn) = self.conns.get_mut(key).filter(|c| c.generation == generation) else {
+        let Some(conn) = self.conns.live(key, generation) else {
             return;
         };
         match out {
-            Output::Send { frame, .. } => {
-                self.outbox_total += frame.len();
-                conn.queue(frame)
-            }
+            Output::Send { frame, .. } => self.conns.queue(key, frame),
             Output::Close { code, reason, .. } => {
                 conn.in_core = false;
                 self.decide_close(key, code, reason, reason, now);
@@ -758,20 +743,16 @@ impl Server {
         }
         // An `/agent` agent may be handed the whole queue of what waited for it (L40: up to
         // 32 MiB, inline files in base64): its own, larger bound, outside the phones' share.
-        let is_agent = conn.agent_peer.is_some();
-        let limit = if is_agent {
+        let limit = if conn.agent_peer().is_some() {
             AGENT_OUTBOX_LIMIT
         } else {
             self.config.max_queue_bytes
         };
         let was_closing = conn.closing;
-        let queued_before = conn.outbox_bytes;
-        let result = conn.pump();
-        if !is_agent {
-            self.outbox_total -= queued_before - conn.outbox_bytes;
-        }
-        let too_slow = conn.outbox_bytes > limit;
         let generation = conn.generation;
+        let result = self.conns.pump(key);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let too_slow = conn.queued_bytes() > limit;
         let now_closing = conn.closing && !was_closing;
         if let Err(reason) = result {
             return self.kill(key, &reason);
@@ -784,16 +765,7 @@ impl Server {
         }
         // L36: frames queued for all clients together stay within the memory budget's share;
         // past it, the client with the most unread goes first.
-        while self.outbox_total > self.config.max_outbox_total {
-            let Some(slowest) = self
-                .conns
-                .iter()
-                .filter(|(_, c)| c.outbox_bytes > 0 && c.agent_peer.is_none())
-                .max_by_key(|(_, c)| c.outbox_bytes)
-                .map(|(k, _)| k)
-            else {
-                break;
-            };
+        while let Some(slowest) = self.conns.slowest_phone_over(self.config.max_outbox_total) {
             self.kill(
                 slowest,
                 "client too slow: frames for all clients over the memory budget",
@@ -803,20 +775,11 @@ impl Server {
 
     /// Ends a connection now. The slab entry is freed after the current batch.
     fn kill(&mut self, key: usize, reason: &str) {
-        let Some(conn) = self.conns.get_mut(key) else { return };
-        if matches!(conn.phase, Phase::Dead) {
-            return;
-        }
+        let Some(conn) = self.conns.get(key) else { return };
         let was_ws = matches!(conn.phase, Phase::Ws(_));
-        if let Some(stream) = conn.stream_mut() {
-            let _ = self.poll.registry().deregister(stream);
-        }
-        conn.phase = Phase::Dead;
-        conn.outbox.clear();
-        if conn.agent_peer.is_none() {
-            self.outbox_total -= conn.outbox_bytes;
-        }
-        conn.outbox_bytes = 0;
+        let Some(conn) = self.conns.end(key, self.poll.registry()) else {
+            return;
+        };
         let id = conn_id(key, conn.generation);
         let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
         if was_ws {
@@ -828,7 +791,7 @@ impl Server {
             log::debug!("conn {key}: {reason}");
         }
         let in_core = std::mem::replace(&mut conn.in_core, false);
-        let agent_peer = conn.agent_peer.take();
+        let agent_peer = conn.agent_peer();
         let t = self.time(Instant::now());
         if in_core {
             self.core.handle_close(t, id);

@@ -53,11 +53,7 @@ impl Server {
                 self.accept_all(now)
             }
             kind => {
-                let Some(conn) = self
-                    .conns
-                    .get_mut(entry.key)
-                    .filter(|c| c.generation == entry.generation)
-                else {
+                let Some(conn) = self.conns.live(entry.key, entry.generation) else {
                     return; // lazily cancelled: the connection is gone
                 };
                 match kind {
@@ -66,7 +62,7 @@ impl Server {
                     {
                         self.kill(entry.key, "no complete request within the hello timeout")
                     }
-                    TimerKind::HttpHead if conn.agent_peer.is_some() && conn.device.is_none() => {
+                    TimerKind::HttpHead if conn.agent_peer().is_some() && conn.device.is_none() => {
                         self.kill(entry.key, "no agent hello within the hello timeout")
                     }
                     TimerKind::KeepAlive => self.keep_alive(entry.key, now),
@@ -131,7 +127,7 @@ impl Server {
             self.end_link_peer(peer, "the gateway is shutting down", now);
         }
         self.drive(now);
-        let keys: Vec<usize> = self.conns.iter().map(|(k, _)| k).collect();
+        let keys = self.conns.keys();
         let t = self.time(now);
         for key in keys {
             let Some(conn) = self.conns.get_mut(key) else { continue };

@@ -17,6 +17,10 @@ use tungstenite::{Message, WebSocket};
 
 use crate::http::MAX_HEAD_BYTES;
 
+mod table;
+
+pub use table::Connections;
+
 /// Bytes of small frames gathered before tungstenite writes them out.
 const WRITE_BATCH: usize = 16 * 1024;
 
@@ -99,9 +103,10 @@ pub struct Conn {
     pub peer: SocketAddr,
     pub accepted_at: Instant,
     pub phase: Phase,
-    /// Frames for the peer not yet handed to tungstenite.
-    pub outbox: VecDeque<String>,
-    pub outbox_bytes: usize,
+    /// Frames for the peer not yet handed to tungstenite. Private: only [`Connections`]
+    /// queues and pumps, so that its totals stay the sums of these (issue 17).
+    outbox: VecDeque<String>,
+    outbox_bytes: usize,
     /// tungstenite holds a frame it could not write yet: wait for writable.
     pub blocked: bool,
     /// Close with this once the outbox has drained (the core has forgotten the connection).
@@ -121,8 +126,9 @@ pub struct Conn {
     pub device: Option<String>,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
-    /// An `/agent` WebSocket: its peer on the agent link (the core never sees it).
-    pub agent_peer: Option<hermes_mobile::agent_link::PeerId>,
+    /// An `/agent` WebSocket: its peer on the agent link (the core never sees it). Set only
+    /// through [`Connections::make_agent_peer`]: its outbox counts apart from the phones'.
+    agent_peer: Option<hermes_mobile::agent_link::PeerId>,
 }
 
 /// How a read ended, when it did not fail.
@@ -165,6 +171,16 @@ impl Conn {
             reason: None,
             agent_peer: None,
         }
+    }
+
+    /// Bytes of frames queued for the peer and not yet handed to tungstenite.
+    pub fn queued_bytes(&self) -> usize {
+        self.outbox_bytes
+    }
+
+    /// The agent-link peer this `/agent` connection carries.
+    pub fn agent_peer(&self) -> Option<hermes_mobile::agent_link::PeerId> {
+        self.agent_peer
     }
 
     pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
@@ -295,14 +311,20 @@ impl Conn {
         Ok(Drained::All)
     }
 
-    pub fn queue(&mut self, frame: String) {
+    fn queue(&mut self, frame: String) {
         self.outbox_bytes += frame.len();
         self.outbox.push_back(frame);
     }
 
+    /// Drops every queued frame; the bytes it let go.
+    fn drop_outbox(&mut self) -> usize {
+        self.outbox.clear();
+        std::mem::take(&mut self.outbox_bytes)
+    }
+
     /// Hands queued frames to tungstenite while it keeps up, then the close frame if one is
     /// due. `Err` ends the connection.
-    pub fn pump(&mut self) -> Result<(), String> {
+    fn pump(&mut self) -> Result<(), String> {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
         if self.blocked {
             match ws.flush() {

@@ -1,0 +1,288 @@
+//! The server's connections: the slab, their generations, and the bytes queued for them.
+//!
+//! This is the one owner of the queued-bytes totals (issue 17). A frame enters an outbox
+//! only through [`Connections::queue`] and leaves only through [`Connections::pump`] or
+//! [`Connections::end`]; `Conn`'s outbox is private to this module's parent, so nothing
+//! else can change one, and the totals are always the sums of the live outboxes. They used
+//! to be kept by hand at four sites, and one of them added the lines for `/agent` peers
+//! and never took them off again: the L36 budget then cut off phones that owed nothing.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use hermes_mobile::agent_link::PeerId;
+use mio::net::TcpStream;
+use mio::Registry;
+use slab::Slab;
+
+use super::{Conn, Phase};
+
+pub struct Connections {
+    slab: Slab<Conn>,
+    next_generation: u32,
+    /// Bytes queued for phones and plain connections: what L36's outbox budget bounds.
+    phones: usize,
+    /// Bytes queued for `/agent` peers: their own, larger bound, outside the phones' share
+    /// (an agent may be handed L40's whole queue at once).
+    agents: usize,
+}
+
+impl Connections {
+    pub fn with_capacity(capacity: usize) -> Connections {
+        Connections {
+            slab: Slab::with_capacity(capacity),
+            next_generation: 1,
+            phones: 0,
+            agents: 0,
+        }
+    }
+
+    /// Adds a connection for an accepted stream; `register` sees its key first, and a
+    /// stream it refuses is not added.
+    pub fn insert(
+        &mut self,
+        mut stream: TcpStream,
+        peer: SocketAddr,
+        now: Instant,
+        register: impl FnOnce(&mut TcpStream, usize) -> io::Result<()>,
+    ) -> io::Result<(usize, u32)> {
+        let entry = self.slab.vacant_entry();
+        let key = entry.key();
+        register(&mut stream, key)?;
+        let generation = self.next_generation;
+        self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        entry.insert(Conn::new(stream, peer, generation, now));
+        Ok((key, generation))
+    }
+
+    pub fn get(&self, key: usize) -> Option<&Conn> {
+        self.slab.get(key)
+    }
+
+    pub fn get_mut(&mut self, key: usize) -> Option<&mut Conn> {
+        self.slab.get_mut(key)
+    }
+
+    /// The connection at `key`, if it is still the one of `generation`.
+    pub fn live(&mut self, key: usize, generation: u32) -> Option<&mut Conn> {
+        self.slab.get_mut(key).filter(|c| c.generation == generation)
+    }
+
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+
+    pub fn keys(&self) -> Vec<usize> {
+        self.slab.iter().map(|(key, _)| key).collect()
+    }
+
+    /// Bytes queued for every connection, `/agent` peers included (`/healthz`).
+    pub fn queued_bytes(&self) -> usize {
+        self.phones + self.agents
+    }
+
+    /// Bytes queued for phones and plain connections (L36).
+    #[cfg(test)]
+    pub fn phones_queued_bytes(&self) -> usize {
+        self.phones
+    }
+
+    /// Queues a frame for the peer; a connection that is gone takes nothing.
+    pub fn queue(&mut self, key: usize, frame: String) {
+        let Some(conn) = self.slab.get_mut(key) else { return };
+        *total(&mut self.phones, &mut self.agents, conn) += frame.len();
+        conn.queue(frame);
+    }
+
+    /// Hands what is queued for `key` to its socket (see `Conn::pump`).
+    pub fn pump(&mut self, key: usize) -> Result<(), String> {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return Ok(());
+        };
+        let before = conn.outbox_bytes;
+        let result = conn.pump();
+        *total(&mut self.phones, &mut self.agents, conn) -= before - conn.outbox_bytes;
+        result
+    }
+
+    /// This connection carries an `/agent` peer from now on: what it has queued counts as
+    /// an agent's.
+    pub fn make_agent_peer(&mut self, key: usize, peer: PeerId) {
+        let Some(conn) = self.slab.get_mut(key) else { return };
+        let bytes = conn.outbox_bytes;
+        *total(&mut self.phones, &mut self.agents, conn) -= bytes;
+        conn.agent_peer = Some(peer);
+        *total(&mut self.phones, &mut self.agents, conn) += bytes;
+    }
+
+    /// Ends the connection now: its socket leaves `registry` and what was queued for it is
+    /// dropped. The entry stays, `Dead`, until [`Connections::free_dead`]: mio may still
+    /// report its token in this batch. `None` if it was gone or dead already.
+    pub fn end(&mut self, key: usize, registry: &Registry) -> Option<&mut Conn> {
+        let conn = self.slab.get_mut(key)?;
+        if matches!(conn.phase, Phase::Dead) {
+            return None;
+        }
+        if let Some(stream) = conn.stream_mut() {
+            let _ = registry.deregister(stream);
+        }
+        conn.phase = Phase::Dead;
+        let dropped = conn.drop_outbox();
+        *total(&mut self.phones, &mut self.agents, conn) -= dropped;
+        Some(conn)
+    }
+
+    /// Frees the entry of a connection that was ended.
+    pub fn free_dead(&mut self, key: usize) {
+        if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
+            self.slab.remove(key);
+        }
+    }
+
+    /// L36: the phone with the most unread, while the phones' frames together are over
+    /// `budget`.
+    pub fn slowest_phone_over(&self, budget: usize) -> Option<usize> {
+        if self.phones <= budget {
+            return None;
+        }
+        self.slab
+            .iter()
+            .filter(|(_, c)| c.outbox_bytes > 0 && c.agent_peer.is_none())
+            .max_by_key(|(_, c)| c.outbox_bytes)
+            .map(|(key, _)| key)
+    }
+}
+
+/// The total that `conn`'s outbox counts in.
+fn total<'a>(phones: &'a mut usize, agents: &'a mut usize, conn: &Conn) -> &'a mut usize {
+    if conn.agent_peer.is_some() {
+        agents
+    } else {
+        phones
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::io::Read;
+    use tungstenite::protocol::Role;
+    use tungstenite::WebSocket;
+
+    /// A WebSocket connection over loopback with small socket buffers, so that writes
+    /// block soon; and the client's end, which the test reads when it likes.
+    fn ws_pair(conns: &mut Connections) -> (usize, std::net::TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, peer) = listener.accept().unwrap();
+        small_buffers(&server, libc::SO_SNDBUF);
+        small_buffers(&client, libc::SO_RCVBUF);
+        server.set_nonblocking(true).unwrap();
+        client.set_nonblocking(true).unwrap();
+        let stream = TcpStream::from_std(server);
+        let (key, _) = conns.insert(stream, peer, Instant::now(), |_, _| Ok(())).unwrap();
+        let conn = conns.get_mut(key).unwrap();
+        let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead) else {
+            unreachable!("a new connection reads its head")
+        };
+        let ws = WebSocket::from_raw_socket(stream, Role::Server, Some(super::super::ws_config()));
+        conn.phase = Phase::Ws(Box::new(ws));
+        (key, client)
+    }
+
+    fn small_buffers(stream: &std::net::TcpStream, option: libc::c_int) {
+        use std::os::fd::AsRawFd;
+        let size: libc::c_int = 4096;
+        // SAFETY: a valid socket and a c_int option value of the right size.
+        unsafe {
+            libc::setsockopt(
+                stream.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Queue(usize, usize),
+        Pump(usize),
+        PeerReads(usize),
+        End(usize),
+        MakeAgent(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..6usize, 1..40_000usize).prop_map(|(c, n)| Op::Queue(c, n)),
+            3 => (0..6usize).prop_map(Op::Pump),
+            2 => (0..6usize).prop_map(Op::PeerReads),
+            1 => (0..6usize).prop_map(Op::End),
+            1 => (0..6usize).prop_map(Op::MakeAgent),
+        ]
+    }
+
+    fn sums(conns: &Connections) -> (usize, usize) {
+        let (mut phones, mut agents) = (0, 0);
+        for (_, c) in conns.slab.iter() {
+            let sum: usize = c.outbox.iter().map(String::len).sum();
+            assert_eq!(sum, c.outbox_bytes, "a connection's own count is its frames' bytes");
+            if c.agent_peer.is_some() {
+                agents += sum;
+            } else {
+                phones += sum;
+            }
+        }
+        (phones, agents)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        /// Issue 17: the totals are always the sums of the live connections' outboxes,
+        /// across any queue, pump and end, `/agent` peers included.
+        #[test]
+        fn queued_totals_are_the_sums_of_the_outboxes(ops in proptest::collection::vec(op(), 1..60)) {
+            let poll = mio::Poll::new().unwrap();
+            let mut conns = Connections::with_capacity(6);
+            let mut clients: Vec<(usize, std::net::TcpStream)> = (0..6).map(|_| ws_pair(&mut conns)).collect();
+            let mut next_peer = 0;
+            for op in ops {
+                match op {
+                    Op::Queue(c, n) => conns.queue(clients[c].0, "x".repeat(n)),
+                    Op::Pump(c) => {
+                        let _ = conns.pump(clients[c].0);
+                    }
+                    Op::PeerReads(c) => {
+                        let mut sink = [0u8; 65536];
+                        let _ = clients[c].1.read(&mut sink);
+                    }
+                    Op::End(c) => {
+                        conns.end(clients[c].0, poll.registry());
+                        conns.free_dead(clients[c].0);
+                        clients[c] = ws_pair(&mut conns);
+                    }
+                    Op::MakeAgent(c) => {
+                        next_peer += 1;
+                        conns.make_agent_peer(clients[c].0, PeerId(next_peer));
+                    }
+                }
+                let (phones, agents) = sums(&conns);
+                prop_assert_eq!(conns.phones_queued_bytes(), phones);
+                prop_assert_eq!(conns.queued_bytes(), phones + agents);
+            }
+            for (key, _) in &clients {
+                conns.end(*key, poll.registry());
+            }
+            prop_assert_eq!(conns.queued_bytes(), 0);
+        }
+    }
+}
