@@ -1,5 +1,5 @@
 //! The agent link over real processes and sockets (issue 9, docs/agent-protocol.md): an
-//! `exec:` child (server/tests/agents/scripted.py), the `link` Unix socket and `/agent`.
+//! `exec:` child (server/examples/scripted_agent.rs), the `link` Unix socket and `/agent`.
 
 mod common;
 
@@ -13,8 +13,34 @@ use serde_json::{json, Value};
 
 const AGENT_TOKEN: &str = "agent-token-0123456789";
 
+/// The scripted agent, a Rust example that `cargo test` builds beside the tests, so that
+/// the suite needs nothing but Rust (issue 17).
 fn script() -> String {
-    format!("{}/tests/agents/scripted.py", env!("CARGO_MANIFEST_DIR"))
+    // The test runs from target/<profile>/deps/; examples are built to target/<profile>/examples/.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let agent = profile_dir.join("examples").join("scripted_agent");
+    assert!(
+        agent.is_file(),
+        "no scripted agent at {}: run the tests with `cargo test` (which builds the examples) or build it with `cargo build -p hermes-mobile-server --example scripted_agent`",
+        agent.display()
+    );
+    agent.display().to_string()
+}
+
+/// Whether python3 runs here. The documented example agent is Python: its test runs
+/// where Python is, and CI (which sets HERMES_MOBILE_REQUIRE_PYTHON) insists on it.
+fn python_available() -> bool {
+    let ran = std::process::Command::new("python3").arg("--version").output();
+    let ok = ran.is_ok_and(|out| out.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("HERMES_MOBILE_REQUIRE_PYTHON").is_none(),
+            "python3 is required here (HERMES_MOBILE_REQUIRE_PYTHON is set)"
+        );
+        eprintln!("skipped: no python3 on this machine (examples/echo_agent.py is tested where it is)");
+    }
+    ok
 }
 
 fn path_env() -> String {
@@ -25,7 +51,7 @@ fn path_env() -> String {
 fn exec_server(extra: &[(&str, &str)]) -> (Server, PathBuf) {
     let log = std::env::temp_dir().join(format!("hm-agent-{}-{}.log", std::process::id(), rand_suffix()));
     let _ = std::fs::remove_file(&log);
-    let agent = format!("exec:python3 {}", script());
+    let agent = format!("exec:{}", script());
     let path = path_env();
     let log_s = log.to_string_lossy().into_owned();
     let mut env: Vec<(&str, &str)> = vec![("MOBILE_AGENT", &agent), ("PATH", &path), ("AGENT_LOG", &log_s)];
@@ -122,7 +148,7 @@ fn a_crashed_agent_ends_the_turn_and_comes_back() {
     wait_for_agent(&server);
     say(&mut phone, "m2", "echo back again");
     assert_eq!(next_text(&mut phone)["text"], "echo: back again");
-    assert!(server.log_text().contains("restarting in 1 s"), "{}", server.log_text());
+    server.wait_for_log("restarting in 1 s");
 }
 
 #[test]
@@ -284,7 +310,7 @@ fn link_socket_is_private_and_a_new_agent_replaces_the_old() {
     second.until("welcome");
     assert_eq!(first.until("error")["code"], "replaced", "the old agent is told why");
     assert_eq!(first.next(), None, "and its connection is closed");
-    assert!(server.log_text().contains("replaces"), "{}", server.log_text());
+    server.wait_for_log("replaces");
     // The new one gets the traffic.
     let mut phone = Client::hello(&server, "tel-1");
     say(&mut phone, "m1", "hi");
@@ -427,6 +453,9 @@ fn unb64(s: &str) -> Vec<u8> {
 #[test]
 fn the_documented_example_agent_works() {
     // docs/agent-protocol.md points at examples/echo_agent.py: it must keep working.
+    if !python_available() {
+        return;
+    }
     let example = format!("exec:python3 {}/../examples/echo_agent.py", env!("CARGO_MANIFEST_DIR"));
     let path = path_env();
     let server = Server::start(&[("MOBILE_AGENT", &example), ("PATH", &path)]);
@@ -477,7 +506,7 @@ fn an_agent_that_never_stops_writing_cannot_starve_the_phones() {
 
 #[test]
 fn a_compound_command_line_runs_through_the_shell() {
-    let agent = format!("exec:cd / && python3 {}", script());
+    let agent = format!("exec:cd / && {}", script());
     let path = path_env();
     let server = Server::start(&[("MOBILE_AGENT", &agent), ("PATH", &path)]);
     wait_for_agent(&server);

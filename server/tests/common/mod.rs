@@ -105,6 +105,20 @@ impl Server {
         self.log.lock().unwrap().join("\n")
     }
 
+    /// Waits for a line containing `needle`: the log is read on another thread, so a
+    /// line may land just after what the test saw of its cause.
+    pub fn wait_for_log(&self, needle: &str) {
+        let start = Instant::now();
+        while !self.log_text().contains(needle) {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "no {needle:?} in the log: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Resident memory of the server, in KiB (from /proc).
     pub fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
