@@ -14,6 +14,8 @@
 
 mod conversation;
 mod input;
+#[cfg(test)]
+mod transcripts;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
