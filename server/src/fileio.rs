@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use hermes_mobile::AgentEvent;
 use mio::Waker;
 
+use crate::agent::io::LoadError;
 use crate::state::MediaStore;
 
 /// Names a job, to match its result.
@@ -44,12 +45,6 @@ pub enum Done {
         ticket: Ticket,
         result: Result<Vec<u8>, LoadError>,
     },
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LoadError {
-    TooBig,
-    Unreadable(String),
 }
 
 pub struct FileWorker {

@@ -5,13 +5,12 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
-use hermes_mobile::agent_link::FileHandover;
 use hermes_mobile::wire::{DownloadKind, UploadKind};
 use hermes_mobile::{
     AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time,
 };
 
-use super::{Agent, Refused};
+use super::{PureAgent, Refused};
 
 const HELP: &str = "Demo agent commands:
 any text — echo: <text>
@@ -234,8 +233,8 @@ impl DemoAgent {
     }
 }
 
-impl Agent for DemoAgent {
-    fn handle_event(&mut self, now: Time, event: AgentEvent, _file: Option<FileHandover>) {
+impl PureAgent for DemoAgent {
+    fn handle_event(&mut self, now: Time, event: AgentEvent) {
         match event {
             AgentEvent::MessageReceived {
                 device,
@@ -395,7 +394,6 @@ mod tests {
                 audio: None,
                 file: None,
             },
-            None,
         );
         std::iter::from_fn(|| agent.poll_command()).collect()
     }

@@ -3,51 +3,34 @@
 //! This is the [`Agent`] the event loop drives when `MOBILE_AGENT` is `exec:` or `link`.
 //! It stays sans-IO like the demo: the core's [`AgentLink`] decides, and what must touch
 //! the world (a line for a peer, a peer to close, a file to read) comes out of
-//! [`LinkAgent::poll_io`] for the server's transports and file worker to carry out.
+//! [`LinkAgent::poll_io`], in the port's words, for the server's transports and file
+//! worker to carry out.
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 
 use hermes_mobile::agent_link::{file_of, AgentLink, FileHandover, LinkCommand, LinkOutput, LinkRole, Origin, PeerId};
 use hermes_mobile::limits::MAX_MEDIA_BYTES;
 use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, Time};
 
-use super::{Agent, Refused};
-use crate::fileio::{LoadError, Ticket};
-
-/// Work for the server.
-#[derive(Debug, PartialEq, Eq)]
-pub enum LinkIo {
-    Write {
-        peer: PeerId,
-        line: String,
-    },
-    Close {
-        peer: PeerId,
-        reason: String,
-    },
-    /// Read this file (at most `limit` bytes); report with [`LinkAgent::handle_loaded`].
-    Load {
-        path: PathBuf,
-        limit: usize,
-    },
-}
+use super::io::{AgentIo, LoadError, LoadTag, PeerInput};
+use super::{PureAgent, Refused};
 
 /// A command waiting for its file.
 struct Loading {
     origin: Origin,
     command: AgentCommand,
-    ticket: Option<Ticket>,
+    tag: LoadTag,
 }
 
 pub struct LinkAgent {
     link: AgentLink,
-    io: VecDeque<LinkIo>,
+    io: VecDeque<AgentIo>,
     commands: VecDeque<(Origin, LinkCommand)>,
     /// The command handed to the core last, to answer its outcome.
     current: Option<Origin>,
     /// While a file is read, later commands wait: the agent's order is kept.
     loading: Option<Loading>,
+    next_load: LoadTag,
 }
 
 impl LinkAgent {
@@ -58,11 +41,28 @@ impl LinkAgent {
             commands: VecDeque::new(),
             current: None,
             loading: None,
+            next_load: 0,
         }
     }
 
-    pub fn link(&mut self) -> &mut AgentLink {
+    #[cfg(test)]
+    fn link(&mut self) -> &mut AgentLink {
         &mut self.link
+    }
+
+    /// What a transport saw of a peer.
+    pub fn handle_peer(&mut self, now: Time, input: PeerInput<'_>) {
+        match input {
+            PeerInput::Opened { peer, needs_token } => self.link.handle_peer_open(peer, needs_token),
+            PeerInput::Line { peer, line } => self.link.handle_line(now, peer, line),
+            PeerInput::TooBig { peer } => self.link.handle_too_big(peer),
+            PeerInput::Closed { peer } => self.link.handle_peer_closed(now, peer),
+        }
+    }
+
+    /// A core event, with where its file was saved (or why it was not).
+    pub fn handle_saved_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
+        self.link.handle_event(now, event, file);
     }
 
     pub fn is_attached(&self) -> bool {
@@ -88,28 +88,21 @@ impl LinkAgent {
     fn pull(&mut self) {
         while let Some(out) = self.link.poll_output() {
             match out {
-                LinkOutput::Write { peer, line } => self.io.push_back(LinkIo::Write { peer, line }),
-                LinkOutput::Close { peer, reason } => self.io.push_back(LinkIo::Close { peer, reason }),
+                LinkOutput::Write { peer, line } => self.io.push_back(AgentIo::Write { peer, line }),
+                LinkOutput::Close { peer, reason } => self.io.push_back(AgentIo::Close { peer, reason }),
                 LinkOutput::Command { origin, command } => self.commands.push_back((origin, *command)),
             }
         }
     }
 
-    pub fn poll_io(&mut self) -> Option<LinkIo> {
+    pub fn poll_io(&mut self) -> Option<AgentIo> {
         self.pull();
         self.io.pop_front()
     }
 
-    /// The file worker took the read of the last `Load`.
-    pub fn set_load_ticket(&mut self, ticket: Ticket) {
-        if let Some(loading) = &mut self.loading {
-            loading.ticket = Some(ticket);
-        }
-    }
-
     /// A file read finished. Its command goes to the core next, or the agent hears why not.
-    pub fn handle_loaded(&mut self, ticket: Ticket, result: Result<Vec<u8>, LoadError>) {
-        let Some(loading) = self.loading.take_if(|l| l.ticket == Some(ticket)) else {
+    pub fn handle_loaded(&mut self, tag: LoadTag, result: Result<Vec<u8>, LoadError>) {
+        let Some(loading) = self.loading.take_if(|l| l.tag == tag) else {
             return;
         };
         let Loading {
@@ -131,9 +124,9 @@ impl LinkAgent {
     }
 }
 
-impl Agent for LinkAgent {
-    fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
-        self.link.handle_event(now, event, file);
+impl PureAgent for LinkAgent {
+    fn handle_event(&mut self, now: Time, event: AgentEvent) {
+        self.link.handle_event(now, event, None);
     }
 
     /// The link has no clock of its own: queued events age by the times of later events.
@@ -150,12 +143,11 @@ impl Agent for LinkAgent {
                 Some(command)
             }
             (origin, LinkCommand::NeedsFile { command, path }) => {
-                self.loading = Some(Loading {
-                    origin,
-                    command,
-                    ticket: None,
-                });
-                self.io.push_back(LinkIo::Load {
+                self.next_load += 1;
+                let tag = self.next_load;
+                self.loading = Some(Loading { origin, command, tag });
+                self.io.push_back(AgentIo::Load {
+                    tag,
                     path,
                     limit: MAX_MEDIA_BYTES,
                 });
@@ -178,10 +170,6 @@ impl Agent for LinkAgent {
         if let Some(origin) = self.current.take() {
             self.link.handle_outcome(&origin, Err(error));
         }
-    }
-
-    fn link_agent(&mut self) -> Option<&mut LinkAgent> {
-        Some(self)
     }
 }
 
@@ -212,16 +200,17 @@ mod tests {
             br#"{"t":"reply","device":"tel-1","id":"a","text":"x"}"#,
         );
         assert_eq!(agent.poll_command(), None);
-        assert_eq!(
-            agent.poll_io(),
-            Some(LinkIo::Load {
-                path: "/tmp/a.png".into(),
-                limit: MAX_MEDIA_BYTES
-            })
-        );
-        agent.set_load_ticket(7);
+        let tag = match agent.poll_io() {
+            Some(AgentIo::Load { tag, path, limit }) => {
+                assert_eq!((path, limit), ("/tmp/a.png".into(), MAX_MEDIA_BYTES));
+                tag
+            }
+            other => panic!("{other:?}"),
+        };
         assert_eq!(agent.poll_command(), None, "the reply waits");
-        agent.handle_loaded(7, Ok(b"PNG".to_vec()));
+        agent.handle_loaded(tag + 1, Ok(b"other".to_vec()));
+        assert_eq!(agent.poll_command(), None, "another read's answer is not this one's");
+        agent.handle_loaded(tag, Ok(b"PNG".to_vec()));
         match agent.poll_command() {
             Some(AgentCommand::SendFile { file, .. }) => assert_eq!(file.data, b"PNG"),
             other => panic!("{other:?}"),
@@ -229,7 +218,7 @@ mod tests {
         agent.handle_accepted(Time::ZERO, &Accepted::Done);
         assert!(matches!(agent.poll_command(), Some(AgentCommand::Reply { .. })));
         match agent.poll_io() {
-            Some(LinkIo::Write { line, .. }) => assert_eq!(line, "{\"t\":\"ok\",\"ref\":\"f\"}\n"),
+            Some(AgentIo::Write { line, .. }) => assert_eq!(line, "{\"t\":\"ok\",\"ref\":\"f\"}\n"),
             other => panic!("{other:?}"),
         }
     }
@@ -243,12 +232,13 @@ mod tests {
             .link()
             .handle_line(Time::ZERO, PeerId(1), br#"{"t":"typing","device":"tel-1"}"#);
         assert_eq!(agent.poll_command(), None);
-        assert!(matches!(agent.poll_io(), Some(LinkIo::Load { .. })));
-        agent.set_load_ticket(1);
-        agent.handle_loaded(1, Err(LoadError::Unreadable("/nope: missing".into())));
+        let Some(AgentIo::Load { tag, .. }) = agent.poll_io() else {
+            panic!("the file is read first")
+        };
+        agent.handle_loaded(tag, Err(LoadError::Unreadable("/nope: missing".into())));
         assert!(matches!(agent.poll_command(), Some(AgentCommand::Typing { .. })));
         match agent.poll_io() {
-            Some(LinkIo::Write { line, .. }) => assert!(line.contains("\"code\":\"file_unreadable\""), "{line}"),
+            Some(AgentIo::Write { line, .. }) => assert!(line.contains("\"code\":\"file_unreadable\""), "{line}"),
             other => panic!("{other:?}"),
         }
     }

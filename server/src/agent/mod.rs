@@ -1,13 +1,18 @@
 //! The agent port as the server drives it. An agent is sans-IO like the core: events and time
-//! go in, commands come out, and the event loop owns every clock and socket. The demo agent
-//! is embedded; agents behind a child process or an HTTP API fit the same trait.
+//! go in, commands and I/O requests ([`AgentIo`]) come out, and the event loop owns every
+//! clock and socket. [`Agent`] is the one thing the loop holds: an enum of the backends
+//! (the embedded demo, the agent link, the HTTP agents), so that the loop never asks which
+//! one it has, and each backend's own work reaches it only in the port's vocabulary.
 
 pub mod demo;
 pub mod http;
+pub mod io;
 pub mod link;
 
-use hermes_mobile::agent_link::FileHandover;
+use hermes_mobile::agent_link::{FileHandover, PeerId};
 use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, PromptId, Time};
+
+use io::{AgentIo, CallEvent, CallId, LoadError, LoadTag, PeerInput};
 
 /// What a command the gateway refused was about, so that the agent can stop what it was
 /// doing (a stream that will never be shown, a card that was never opened).
@@ -51,10 +56,10 @@ impl Refused {
     }
 }
 
-pub trait Agent {
-    /// Something happened on the gateway. A message's file or voice note was saved first;
-    /// `file` says where (or why it could not be).
-    fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>);
+/// The half every backend shares: events and time in, commands out.
+pub trait PureAgent {
+    /// Something happened on the gateway.
+    fn handle_event(&mut self, now: Time, event: AgentEvent);
     /// Time passed; safe to call early.
     fn handle_timeout(&mut self, now: Time);
     /// The next command for the gateway. Drain until `None` after every `handle_*`.
@@ -65,12 +70,115 @@ pub trait Agent {
     fn handle_refused(&mut self, _now: Time, _what: Refused, _error: &CommandError) {}
     /// The gateway carried out the last command.
     fn handle_accepted(&mut self, _now: Time, _accepted: &Accepted) {}
-    /// The agent link, for the server's transports; `None` for an embedded agent.
-    fn link_agent(&mut self) -> Option<&mut link::LinkAgent> {
-        None
+}
+
+/// The agent the event loop drives.
+pub enum Agent {
+    Demo(demo::DemoAgent),
+    Link(link::LinkAgent),
+    Http(http::HttpAgent),
+}
+
+impl Agent {
+    fn pure(&mut self) -> &mut dyn PureAgent {
+        match self {
+            Agent::Demo(a) => a,
+            Agent::Link(a) => a,
+            Agent::Http(a) => a,
+        }
     }
-    /// The HTTP agent (`openai:`, `hermes:`), for the server's HTTP client; `None` otherwise.
-    fn http_agent(&mut self) -> Option<&mut http::HttpAgent> {
-        None
+
+    /// Something happened on the gateway. A message's file or voice note was saved first;
+    /// `file` says where (or why it could not be): the link hands that over, the others
+    /// have the bytes in the event.
+    pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
+        match self {
+            Agent::Link(a) => a.handle_saved_event(now, event, file),
+            other => other.pure().handle_event(now, event),
+        }
+    }
+
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.pure().handle_timeout(now)
+    }
+
+    pub fn poll_command(&mut self) -> Option<AgentCommand> {
+        self.pure().poll_command()
+    }
+
+    pub fn poll_timeout(&mut self) -> Option<Time> {
+        self.pure().poll_timeout()
+    }
+
+    pub fn handle_refused(&mut self, now: Time, what: Refused, error: &CommandError) {
+        self.pure().handle_refused(now, what, error)
+    }
+
+    pub fn handle_accepted(&mut self, now: Time, accepted: &Accepted) {
+        self.pure().handle_accepted(now, accepted)
+    }
+
+    /// The next piece of work for the loop. Drain until `None` after every `handle_*`.
+    pub fn poll_io(&mut self) -> Option<AgentIo> {
+        match self {
+            Agent::Demo(_) => None,
+            Agent::Link(a) => a.poll_io(),
+            Agent::Http(a) => a.poll_io(),
+        }
+    }
+
+    /// News of a call the agent made.
+    pub fn handle_call(&mut self, now: Time, id: CallId, event: CallEvent) {
+        if let Agent::Http(a) = self {
+            a.handle_call(now, id, event);
+        }
+    }
+
+    /// A file the agent asked for was read (or not).
+    pub fn handle_loaded(&mut self, now: Time, tag: LoadTag, result: Result<Vec<u8>, LoadError>) {
+        match self {
+            Agent::Demo(_) => {}
+            Agent::Link(a) => a.handle_loaded(tag, result),
+            Agent::Http(a) => a.handle_loaded(now, tag, result),
+        }
+    }
+
+    /// What a transport saw of a link peer (only the link has peers).
+    pub fn handle_peer(&mut self, now: Time, input: PeerInput<'_>) {
+        if let Agent::Link(a) = self {
+            a.handle_peer(now, input);
+        }
+    }
+
+    /// Whether the link's peers may be read now: not while a command waits for its file,
+    /// so that lines behind it wait in the socket, not in memory (L42).
+    pub fn wants_lines(&mut self) -> bool {
+        match self {
+            Agent::Link(a) => a.wants_lines(),
+            _ => true,
+        }
+    }
+
+    /// Whether a link peer's `hello` was accepted.
+    pub fn peer_said_hello(&self, peer: PeerId) -> bool {
+        match self {
+            Agent::Link(a) => a.role_of(peer).is_some(),
+            _ => false,
+        }
+    }
+
+    /// The agent's state for `/healthz`: the link's peer, or the HTTP backend's reachability
+    /// from its last attempt (`reachable`, `unreachable: why`, `unknown` before the first).
+    pub fn health(&self) -> String {
+        match self {
+            Agent::Demo(_) => "connected".into(),
+            Agent::Link(a) if a.is_attached() => "connected".into(),
+            Agent::Link(_) => "disconnected".into(),
+            Agent::Http(a) => match a.reach() {
+                http::Reach::Unknown => "unknown".into(),
+                http::Reach::Reachable => "reachable".into(),
+                http::Reach::Unreachable(why) => format!("unreachable: {why}"),
+            },
+        }
     }
 }

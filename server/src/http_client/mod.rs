@@ -21,13 +21,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hermes_mobile::upstream::{ResponseError, ResponseEvent, ResponseHead, ResponseParser};
+use hermes_mobile::upstream::{ResponseError, ResponseEvent, ResponseParser};
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection};
 use slab::Slab;
 
+use crate::agent::io::{CallError, CallEvent, CallId};
 use crate::wheel::{TimerKind, Wheel};
 use dns::{Lookup, Resolver};
 
@@ -39,59 +40,6 @@ pub const MAX_OPEN: usize = 64;
 const READ_BUDGET: usize = 256 * 1024;
 /// The connect timeout of an address when others are left to try.
 const PER_ADDRESS: Duration = Duration::from_secs(3);
-
-/// Names a call; chosen by the agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CallId(pub u64);
-
-/// What happened to a call, in order: `Head`, `Body`…, then `End` or `Failed`.
-#[derive(Debug)]
-pub enum CallEvent {
-    Head(ResponseHead),
-    Body(Vec<u8>),
-    End,
-    Failed(CallError),
-}
-
-/// Why a call ended without a whole answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CallError {
-    /// The name did not resolve.
-    Resolve(String),
-    /// No address accepted the connection.
-    Connect(String),
-    /// The TLS handshake or a record failed (a certificate not trusted, most often).
-    Tls(String),
-    /// Nothing came in time: `"connect"`, `"first byte"` or `"idle"`.
-    Timeout(&'static str),
-    /// The connection broke or the answer was not HTTP.
-    Broken(String),
-    /// [`MAX_OPEN`] calls are open.
-    Busy,
-}
-
-impl CallError {
-    /// Whether nothing of the request can have had an effect upstream: safe to retry.
-    pub fn before_request(&self) -> bool {
-        matches!(
-            self,
-            CallError::Resolve(_) | CallError::Connect(_) | CallError::Busy | CallError::Timeout("connect")
-        )
-    }
-}
-
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            CallError::Resolve(e) => write!(f, "the name did not resolve ({e})"),
-            CallError::Connect(e) => write!(f, "cannot connect ({e})"),
-            CallError::Tls(e) => write!(f, "TLS failed ({e})"),
-            CallError::Timeout(what) => write!(f, "timed out waiting for the {what}"),
-            CallError::Broken(e) => write!(f, "the connection broke ({e})"),
-            CallError::Busy => write!(f, "too many requests open"),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy)]
 pub struct Timeouts {

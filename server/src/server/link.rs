@@ -8,9 +8,9 @@ use hermes_mobile::agent_link::{FileHandover, LineItem, PeerId};
 use hermes_mobile::AgentEvent;
 use mio::Token;
 
-use super::agent_io::{PeerHome, ReadEnd};
+use super::link_transports::{PeerHome, ReadEnd};
 use super::{LinkRead, Parked, Server};
-use crate::agent::link::LinkIo;
+use crate::agent::io::PeerInput;
 use crate::fileio::Done;
 use crate::wheel::TimerKind;
 
@@ -52,47 +52,15 @@ impl Server {
                         *slot = Parked::Ready(event, Some(file));
                     }
                 }
-                Done::Loaded { ticket, result } => {
-                    let Err(result) = self.http_loaded(ticket, result, now) else {
-                        continue;
-                    };
-                    if let Some(link) = self.agent.link_agent() {
-                        link.handle_loaded(ticket, result);
-                    }
-                }
+                Done::Loaded { ticket, result } => self.agent_loaded(ticket, result, now),
             }
         }
         self.drive(now);
         self.resume_link_reads(now);
     }
 
-    /// Carries out what the link asked for; whether there was anything.
-    pub(super) fn pump_link_io(&mut self, now: Instant) -> bool {
-        let mut work = Vec::new();
-        let Some(link) = self.agent.link_agent() else {
-            return false;
-        };
-        while let Some(io) = link.poll_io() {
-            work.push(io);
-        }
-        let any = !work.is_empty();
-        for io in work {
-            match io {
-                LinkIo::Write { peer, line } => self.write_link_line(peer, line, now),
-                LinkIo::Close { peer, reason } => self.end_link_peer(peer, &reason, now),
-                LinkIo::Load { path, limit } => {
-                    let ticket = self.files.load(path, limit);
-                    if let Some(link) = self.agent.link_agent() {
-                        link.set_load_ticket(ticket);
-                    }
-                }
-            }
-        }
-        any
-    }
-
-    fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
-        match self.agent_io.home(peer) {
+    pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
+        match self.link_transports.home(peer) {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
                 line.pop(); // a WebSocket message is the line without its newline
                 self.conns.queue(key, line);
@@ -100,7 +68,7 @@ impl Server {
             }
             Some(PeerHome::Ws(..)) => {}
             Some(home) => {
-                if let Err(why) = self.agent_io.write(home, line) {
+                if let Err(why) = self.link_transports.write(home, line) {
                     self.end_link_peer(peer, &why, now);
                 }
             }
@@ -110,7 +78,9 @@ impl Server {
 
     /// Ends a peer of the link, whatever carries it; the link hears of it.
     pub(super) fn end_link_peer(&mut self, peer: PeerId, reason: &str, now: Instant) {
-        let Some(home) = self.agent_io.home(peer) else { return };
+        let Some(home) = self.link_transports.home(peer) else {
+            return;
+        };
         match home {
             PeerHome::Ws(key, _) => {
                 // The link learns of it when the connection is gone (`kill`).
@@ -118,52 +88,55 @@ impl Server {
             }
             PeerHome::Child => {
                 let restart = self.shutdown_at.is_none();
-                self.agent_io.end_child(self.poll.registry(), now, reason, restart);
-                if let Some(at) = self.agent_io.restart_at {
+                self.link_transports
+                    .end_child(self.poll.registry(), now, reason, restart);
+                if let Some(at) = self.link_transports.restart_at {
                     self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
                 }
-                if let Some(at) = self.agent_io.reap(now) {
+                if let Some(at) = self.link_transports.reap(now) {
                     self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
                 }
             }
             PeerHome::Unix(key) => {
                 log::info!("agent link: peer {} closed: {reason}", peer.0);
-                self.agent_io.close_unix(self.poll.registry(), key);
+                self.link_transports.close_unix(self.poll.registry(), key);
             }
         }
         let t = self.time(now);
-        if let Some(link) = self.agent.link_agent() {
-            link.link().handle_peer_closed(t, peer);
-        }
+        self.agent.handle_peer(t, PeerInput::Closed { peer });
     }
 
     pub(super) fn start_child(&mut self, now: Instant) {
-        self.agent_io.restart_at = None;
-        match self.agent_io.spawn(self.poll.registry(), now) {
+        self.link_transports.restart_at = None;
+        match self.link_transports.spawn(self.poll.registry(), now) {
             Ok(peer) => {
-                if let Some(link) = self.agent.link_agent() {
-                    link.link().handle_peer_open(peer, false);
-                }
+                let opened = PeerInput::Opened {
+                    peer,
+                    needs_token: false,
+                };
+                self.agent.handle_peer(self.time(now), opened);
             }
             Err(e) => {
                 log::error!("agent: cannot start the command: {e}");
                 let at = now + std::time::Duration::from_secs(5);
-                self.agent_io.restart_at = Some(at);
+                self.link_transports.restart_at = Some(at);
                 self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
             }
         }
     }
 
     pub(super) fn on_agent_accept(&mut self, now: Instant) {
-        for peer in self.agent_io.accept(self.poll.registry()) {
-            if let Some(link) = self.agent.link_agent() {
-                link.link().handle_peer_open(peer, false);
-            }
+        for peer in self.link_transports.accept(self.poll.registry()) {
+            let opened = PeerInput::Opened {
+                peer,
+                needs_token: false,
+            };
+            self.agent.handle_peer(self.time(now), opened);
             // A local peer that never says hello must not keep one of the few slots.
             let at = now + self.config.core.hello_timeout;
             self.wheel.insert(at, TimerKind::AgentHello, peer.0 as usize, 0);
             // Edge-triggered: its hello may already be waiting.
-            if let Some(home) = self.agent_io.home(peer) {
+            if let Some(home) = self.link_transports.home(peer) {
                 self.read_link_peer(home, now);
             }
         }
@@ -172,26 +145,28 @@ impl Server {
 
     /// A Unix peer's hello timeout: ended if it has not said hello.
     pub(super) fn agent_hello_due(&mut self, peer: PeerId, now: Instant) {
-        let said_hello = self.agent.link_agent().is_some_and(|l| l.role_of(peer).is_some());
-        if !said_hello && self.agent_io.home(peer).is_some() {
+        let said_hello = self.agent.peer_said_hello(peer);
+        if !said_hello && self.link_transports.home(peer).is_some() {
             self.end_link_peer(peer, "no hello within the hello timeout", now);
         }
     }
 
     pub(super) fn on_unix_peer(&mut self, token: Token, now: Instant) {
-        let Some(peer) = self.agent_io.unix_peer_of(token) else {
+        let Some(peer) = self.link_transports.unix_peer_of(token) else {
             return;
         };
-        let Some(home) = self.agent_io.home(peer) else { return };
+        let Some(home) = self.link_transports.home(peer) else {
+            return;
+        };
         self.flush_link_peer(home, now);
         self.read_link_peer(home, now);
     }
 
     pub(super) fn flush_link_peer(&mut self, home: PeerHome, now: Instant) {
-        if let Err(why) = self.agent_io.flush(home) {
+        if let Err(why) = self.link_transports.flush(home) {
             let peer = match home {
-                PeerHome::Child => self.agent_io.child_peer(),
-                _ => self.agent_io.unix_peer_of_home(home),
+                PeerHome::Child => self.link_transports.child_peer(),
+                _ => self.link_transports.unix_peer_of_home(home),
             };
             if let Some(peer) = peer {
                 self.end_link_peer(peer, &why, now);
@@ -203,25 +178,28 @@ impl Server {
     /// and stopping at this turn's budget.
     pub(super) fn read_link_peer(&mut self, home: PeerHome, now: Instant) {
         let t = self.time(now);
-        let Some(link) = self.agent.link_agent() else { return };
+        let agent = &mut self.agent;
         let mut paused_for_file = false;
         let mut on_line = |peer: PeerId, item: Option<LineItem>| {
             match item {
                 None => {
-                    let go_on = link.wants_lines();
+                    let go_on = agent.wants_lines();
                     paused_for_file |= !go_on;
                     return go_on;
                 }
-                Some(LineItem::Line(line)) => link.link().handle_line(t, peer, &line),
-                Some(LineItem::TooBig) => link.link().handle_too_big(peer),
+                Some(LineItem::Line(line)) => agent.handle_peer(t, PeerInput::Line { peer, line: &line }),
+                Some(LineItem::TooBig) => agent.handle_peer(t, PeerInput::TooBig { peer }),
             }
             true
         };
         let (peer, end) = match home {
-            PeerHome::Child => (self.agent_io.child_peer(), self.agent_io.read_child(&mut on_line)),
+            PeerHome::Child => (
+                self.link_transports.child_peer(),
+                self.link_transports.read_child(&mut on_line),
+            ),
             PeerHome::Unix(key) => (
-                self.agent_io.unix_peer_of_home(home),
-                self.agent_io.read_unix(key, &mut on_line),
+                self.link_transports.unix_peer_of_home(home),
+                self.link_transports.read_unix(key, &mut on_line),
             ),
             PeerHome::Ws(key, generation) => {
                 if self.conns.get(key).is_some_and(|c| c.generation == generation) {
@@ -239,7 +217,7 @@ impl Server {
     }
 
     pub(super) fn read_child_stderr(&mut self) {
-        if self.agent_io.read_child_stderr() {
+        if self.link_transports.read_child_stderr() {
             self.link_read_again.push(LinkRead::ChildStderr);
         }
     }
@@ -250,13 +228,12 @@ impl Server {
             if !self.link_paused {
                 return;
             }
-            let wants = self.agent.link_agent().is_some_and(|l| l.wants_lines());
-            if !wants {
+            if !self.agent.wants_lines() {
                 return;
             }
             self.link_paused = false;
-            for peer in self.agent_io.all_peers() {
-                if let Some(home) = self.agent_io.home(peer) {
+            for peer in self.link_transports.all_peers() {
+                if let Some(home) = self.link_transports.home(peer) {
                     self.read_link_peer(home, now);
                 }
             }

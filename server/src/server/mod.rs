@@ -16,6 +16,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use crate::agent::demo::DemoAgent;
 use crate::agent::http::HttpAgent;
+use crate::agent::io::{LoadTag, PeerInput};
 use crate::agent::link::LinkAgent;
 use crate::agent::{Agent, Refused};
 use crate::config::{AgentKind, ServerConfig};
@@ -26,12 +27,12 @@ use crate::http_client::{dns::Resolver, HttpClient, Target};
 use crate::signals::StopSignals;
 use crate::wheel::{Entry, TimerKind, Wheel};
 
-mod agent_io;
-mod http_io;
+mod agent_work;
 mod link;
+mod link_transports;
 mod timers;
 
-use agent_io::{AgentIo, PeerHome};
+use link_transports::{LinkTransports, PeerHome};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNALS: Token = Token(usize::MAX - 2);
@@ -55,7 +56,7 @@ pub struct Server {
     conns: Connections,
     wheel: Wheel,
     core: Gateway,
-    agent: Box<dyn Agent>,
+    agent: Agent,
     origin: Instant,
     config: ServerConfig,
     /// Saves uploads and reads agents' files off the loop.
@@ -64,11 +65,11 @@ pub struct Server {
     /// holds back those behind it.
     parked: VecDeque<Parked>,
     /// The agent link's pipes and sockets (`exec:`, `link`).
-    agent_io: AgentIo,
+    link_transports: LinkTransports,
     /// The HTTP agents' client (`openai:`, `hermes:`).
     http: Option<HttpClient>,
-    /// Files the HTTP agent asked for: the file worker's ticket and the agent's tag.
-    http_loads: Vec<(Ticket, u64)>,
+    /// Files the agent asked for: the file worker's ticket and the agent's tag.
+    agent_loads: Vec<(Ticket, LoadTag)>,
     /// `/agent` is served (link mode with `MOBILE_AGENT_TOKEN`).
     agent_route: bool,
     /// A link peer's reading paused behind a command's file: read again once it is read.
@@ -139,20 +140,20 @@ impl Server {
         let origin = Instant::now();
         let mut core_config = config.core.clone();
         core_config.seed = seed;
-        let waker = Arc::new(mio::Waker::new(poll.registry(), agent_io::WAKER)?);
+        let waker = Arc::new(mio::Waker::new(poll.registry(), link_transports::WAKER)?);
         let files = FileWorker::start(&config.state_dir, waker.clone())?;
         let mut http = None;
-        let mut agent_io = AgentIo::new();
+        let mut link_transports = LinkTransports::new();
         let link = || {
             let gateway = format!("hermes-mobile/{}", env!("CARGO_PKG_VERSION"));
             let ttl = config.core.prompt_ttl.as_secs();
             let link = AgentLink::new(&gateway, ttl, config.agent_token.clone(), QueueLimits::default());
-            Box::new(LinkAgent::new(link))
+            Agent::Link(LinkAgent::new(link))
         };
-        let agent: Box<dyn Agent> = match &config.agent {
-            AgentKind::Demo => Box::new(DemoAgent::new(config.demo_step, seed.rotate_left(17))),
+        let agent = match &config.agent {
+            AgentKind::Demo => Agent::Demo(DemoAgent::new(config.demo_step, seed.rotate_left(17))),
             AgentKind::Exec(command) => {
-                agent_io.set_command(command.clone());
+                link_transports.set_command(command.clone());
                 link()
             }
             AgentKind::Http { .. } => {
@@ -173,11 +174,11 @@ impl Server {
                     tls,
                 };
                 http = Some(HttpClient::new(target, settings.timeouts, Resolver::start(waker)?));
-                Box::new(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23)))
+                Agent::Http(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23)))
             }
             AgentKind::Link(path) => {
                 let path = path.clone().unwrap_or_else(|| config.state_dir.join("agent.sock"));
-                agent_io
+                link_transports
                     .listen(poll.registry(), path.clone())
                     .map_err(|e| io::Error::new(e.kind(), format!("agent link socket {}: {e}", path.display())))?;
                 link()
@@ -195,9 +196,9 @@ impl Server {
             origin,
             files,
             parked: VecDeque::new(),
-            agent_io,
+            link_transports,
             http,
-            http_loads: Vec::new(),
+            agent_loads: Vec::new(),
             agent_route,
             link_paused: false,
             link_read_again: Vec::new(),
@@ -223,27 +224,6 @@ impl Server {
         self.local_addr
     }
 
-    /// The agent's state for `/healthz`: the link's peer, or the HTTP backend's reachability
-    /// from its last attempt (`reachable`, `unreachable: why`, `unknown` before the first).
-    fn agent_health(&mut self) -> String {
-        if let Some(link) = self.agent.link_agent() {
-            return if link.is_attached() {
-                "connected"
-            } else {
-                "disconnected"
-            }
-            .into();
-        }
-        if let Some(http) = self.agent.http_agent() {
-            return match http.reach() {
-                crate::agent::http::Reach::Unknown => "unknown".into(),
-                crate::agent::http::Reach::Reachable => "reachable".into(),
-                crate::agent::http::Reach::Unreachable(why) => format!("unreachable: {why}"),
-            };
-        }
-        "connected".into()
-    }
-
     /// The agent, for the start-up log line.
     pub fn agent_summary(&self) -> String {
         match &self.config.agent {
@@ -252,7 +232,7 @@ impl Server {
             AgentKind::Http { label } => label.clone(),
             AgentKind::Link(_) => {
                 let path = self
-                    .agent_io
+                    .link_transports
                     .socket_path()
                     .map(|p| p.display().to_string())
                     .unwrap_or_default();
@@ -285,7 +265,7 @@ impl Server {
             }
             if let Some(deadline) = self.shutdown_at {
                 if self.conns.is_empty() || Instant::now() >= deadline {
-                    self.agent_io.stop_children(SHUTDOWN_GRACE);
+                    self.link_transports.stop_children(SHUTDOWN_GRACE);
                     log::info!("stopped");
                     return Ok(());
                 }
@@ -322,15 +302,15 @@ impl Server {
                 match event.token() {
                     LISTENER => self.accept_all(now),
                     SIGNALS => self.stop_requested |= self.signals.received(),
-                    agent_io::WAKER => {
+                    link_transports::WAKER => {
                         self.on_upstream_wake(now);
                         self.on_files_done(now)
                     }
-                    agent_io::AGENT_LISTENER => self.on_agent_accept(now),
-                    agent_io::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
-                    agent_io::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
-                    agent_io::CHILD_STDERR => self.read_child_stderr(),
-                    token if self.agent_io.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
+                    link_transports::AGENT_LISTENER => self.on_agent_accept(now),
+                    link_transports::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
+                    link_transports::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
+                    link_transports::CHILD_STDERR => self.read_child_stderr(),
+                    token if self.link_transports.unix_peer_of(token).is_some() => self.on_unix_peer(token, now),
                     token => match HttpClient::owns(token) {
                         Some(call) => self.on_upstream_ready(call, now),
                         None => self.on_io(token.0, now),
@@ -482,7 +462,7 @@ impl Server {
                     "dedup_entries": stats.dedup_entries,
                     "timers": stats.timers,
                     "queued_bytes": self.conns.queued_bytes(),
-                    "agent": self.agent_health(),
+                    "agent": self.agent.health(),
                 })
                 .to_string();
                 (
@@ -540,12 +520,14 @@ impl Server {
         if agent {
             // An agent over the network: the link, not the core, speaks with it; its
             // `hello` must carry MOBILE_AGENT_TOKEN (checked by the link).
-            let link_peer = self.agent_io.new_peer(PeerHome::Ws(key, generation));
+            let link_peer = self.link_transports.new_peer(PeerHome::Ws(key, generation));
             self.conns.make_agent_peer(key, link_peer);
             log::info!("conn {key}: {peer} opened /agent");
-            if let Some(link) = self.agent.link_agent() {
-                link.link().handle_peer_open(link_peer, true);
-            }
+            let opened = PeerInput::Opened {
+                peer: link_peer,
+                needs_token: true,
+            };
+            self.agent.handle_peer(self.time(now), opened);
             self.wheel
                 .insert(now + self.config.keepalive, TimerKind::KeepAlive, key, generation);
             return self.on_ws(key, now);
@@ -576,7 +558,7 @@ impl Server {
         let Some(conn) = self.conns.get_mut(key) else { return };
         if conn.agent_peer().is_some() && !conn.closing && conn.close_after.is_none() {
             // Lines behind a command's file wait in the socket, not in memory (L42).
-            if self.agent.link_agent().is_some_and(|l| !l.wants_lines()) {
+            if !self.agent.wants_lines() {
                 self.link_paused = true;
                 return;
             }
@@ -588,26 +570,24 @@ impl Server {
         let mut too_big = false;
         if let Some(peer) = conn.agent_peer() {
             let authenticated = conn.device.is_some();
-            if let Some(link) = self.agent.link_agent() {
-                for msg in incoming.drain(..) {
-                    match msg {
-                        Incoming::Message(bytes) => link.link().handle_line(t, peer, &bytes),
-                        // tungstenite cannot read on after an oversized message: the link
-                        // ends (1009), unlike a stream link, which skips the line (L38).
-                        Incoming::TooBig => {
-                            link.link().handle_too_big(peer);
-                            too_big = true;
-                        }
-                        Incoming::InvalidUtf8 => link.link().handle_line(t, peer, &[0xff]),
+            for msg in incoming.drain(..) {
+                let input = match &msg {
+                    Incoming::Message(bytes) => PeerInput::Line { peer, line: bytes },
+                    // tungstenite cannot read on after an oversized message: the link
+                    // ends (1009), unlike a stream link, which skips the line (L38).
+                    Incoming::TooBig => {
+                        too_big = true;
+                        PeerInput::TooBig { peer }
                     }
-                }
-                if !authenticated && link.role_of(peer).is_some() {
-                    // Its hello was accepted: lines up to the full limit from now on.
-                    conn.device = Some("agent".into());
-                    conn.authenticated();
-                }
+                    Incoming::InvalidUtf8 => PeerInput::Line { peer, line: &[0xff] },
+                };
+                self.agent.handle_peer(t, input);
             }
-            incoming.clear();
+            if !authenticated && self.agent.peer_said_hello(peer) {
+                // Its hello was accepted: lines up to the full limit from now on.
+                conn.device = Some("agent".into());
+                conn.authenticated();
+            }
         }
         for msg in incoming.drain(..) {
             if !in_core {
@@ -668,8 +648,7 @@ impl Server {
                     }
                 }
             }
-            progress |= self.pump_link_io(now);
-            progress |= self.pump_http(now);
+            progress |= self.pump_agent_io(now);
             if !progress {
                 break;
             }
@@ -797,10 +776,8 @@ impl Server {
             self.core.handle_close(t, id);
         }
         if let Some(peer) = agent_peer {
-            self.agent_io.forget(peer);
-            if let Some(link) = self.agent.link_agent() {
-                link.link().handle_peer_closed(t, peer);
-            }
+            self.link_transports.forget(peer);
+            self.agent.handle_peer(t, PeerInput::Closed { peer });
         }
         self.dead.push(key);
         self.schedule_trim(Instant::now());

@@ -30,13 +30,13 @@ impl Server {
                 self.agent.handle_timeout(t);
             }
             TimerKind::AgentRestart => {
-                let due = self.agent_io.restart_at.is_some_and(|at| at <= now);
+                let due = self.link_transports.restart_at.is_some_and(|at| at <= now);
                 if due && self.shutdown_at.is_none() {
                     self.start_child(now);
                 }
             }
             TimerKind::AgentReap => {
-                if let Some(at) = self.agent_io.reap(now) {
+                if let Some(at) = self.link_transports.reap(now) {
                     self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
                 }
             }
@@ -122,8 +122,8 @@ impl Server {
         }
         // The agent link's peers go first (the child gets SIGTERM), so that turns in flight
         // are ended for the phones while they are still connected.
-        self.agent_io.stop_listening(self.poll.registry());
-        for peer in self.agent_io.stream_peers() {
+        self.link_transports.stop_listening(self.poll.registry());
+        for peer in self.link_transports.stream_peers() {
             self.end_link_peer(peer, "the gateway is shutting down", now);
         }
         self.drive(now);

@@ -3,7 +3,8 @@
 //!
 //! Sans-IO like the demo: events and time go in, core commands come out, and what must
 //! touch the world (a request, a cancel, a file to read, a conversation to save) comes out
-//! of [`HttpAgent::poll_io`] for the server's HTTP client and file worker. Their answers
+//! of [`HttpAgent::poll_io`], in the port's words, for the server's HTTP client and file
+//! worker. Their answers
 //! come back through [`HttpAgent::handle_call`] and [`HttpAgent::handle_loaded`].
 //!
 //! A device has one turn at a time; messages sent meanwhile wait in its inbox (bounded)
@@ -22,7 +23,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
-use hermes_mobile::agent_link::FileHandover;
 use hermes_mobile::upstream::openai::take_data_images;
 use hermes_mobile::upstream::{
     hermes_runs, media_path_allowed, parse_run_event, parse_run_started, parse_stream_data, status_outcome,
@@ -35,9 +35,8 @@ use hermes_mobile::{
 };
 use serde_json::{json, Value};
 
-use super::{Agent, Refused};
-use crate::fileio::LoadError;
-use crate::http_client::{CallError, CallEvent, CallId};
+use super::io::{AgentIo, CallError, CallEvent, CallId, LoadError};
+use super::{PureAgent, Refused};
 use input::{input_of, Input};
 
 /// Messages a device may send while its turn runs; more are refused with a note.
@@ -106,38 +105,6 @@ impl std::fmt::Debug for HttpSettings {
             .field("model", &self.model)
             .field("key", &self.key.as_ref().map(|_| "<redacted>"))
             .finish_non_exhaustive()
-    }
-}
-
-/// Work for the server.
-pub enum HttpIo {
-    /// A whole HTTP/1.1 request (it may carry the key: never logged).
-    Call {
-        id: CallId,
-        request: Vec<u8>,
-    },
-    Cancel(CallId),
-    /// Read a file; answer with [`HttpAgent::handle_loaded`].
-    Load {
-        tag: u64,
-        path: PathBuf,
-        limit: usize,
-    },
-    /// Write this file atomically (a device's conversation).
-    Persist {
-        path: PathBuf,
-        contents: Vec<u8>,
-    },
-}
-
-impl std::fmt::Debug for HttpIo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            HttpIo::Call { id, request } => write!(f, "Call({}, {} bytes)", id.0, request.len()),
-            HttpIo::Cancel(id) => write!(f, "Cancel({})", id.0),
-            HttpIo::Load { tag, path, .. } => write!(f, "Load({tag}, {path:?})"),
-            HttpIo::Persist { path, .. } => write!(f, "Persist({path:?})"),
-        }
     }
 }
 
@@ -267,7 +234,7 @@ pub struct HttpAgent {
     loads: HashMap<u64, Load>,
     next_load: u64,
     out: VecDeque<AgentCommand>,
-    io: VecDeque<HttpIo>,
+    io: VecDeque<AgentIo>,
     reach: Reach,
 }
 
@@ -292,7 +259,7 @@ impl HttpAgent {
         }
     }
 
-    pub fn poll_io(&mut self) -> Option<HttpIo> {
+    pub fn poll_io(&mut self) -> Option<AgentIo> {
         self.io.pop_front()
     }
 
@@ -361,7 +328,7 @@ impl HttpAgent {
                         "agent: {device:?}: {} is not a readable conversation; kept as .bad, starting afresh",
                         path.display()
                     );
-                    self.io.push_back(HttpIo::Persist {
+                    self.io.push_back(AgentIo::Persist {
                         path: path.with_extension("json.bad"),
                         contents: data,
                     });
@@ -400,7 +367,7 @@ impl HttpAgent {
         self.next_call += 1;
         let id = CallId(self.next_call);
         self.calls.insert(id, (role, Answer::default()));
-        self.io.push_back(HttpIo::Call { id, request });
+        self.io.push_back(AgentIo::Call { id, request });
         id
     }
 
@@ -408,7 +375,7 @@ impl HttpAgent {
         self.next_load += 1;
         let tag = self.next_load;
         self.loads.insert(tag, what);
-        self.io.push_back(HttpIo::Load { tag, path, limit });
+        self.io.push_back(AgentIo::Load { tag, path, limit });
     }
 
     /// The device's state; a device not in memory is created and its saved conversation
@@ -490,7 +457,7 @@ impl HttpAgent {
             return;
         };
         let contents = conversation::to_json(device, d.conversation, &d.history);
-        self.io.push_back(HttpIo::Persist {
+        self.io.push_back(AgentIo::Persist {
             path: conversation::path_of(&self.settings.history_dir, device),
             contents,
         });
@@ -1178,7 +1145,7 @@ impl HttpAgent {
         };
         if let Some(call) = turn.call.take() {
             self.calls.remove(&call);
-            self.io.push_back(HttpIo::Cancel(call));
+            self.io.push_back(AgentIo::Cancel(call));
         }
         turn.retry_at = None;
         // The reply itself counts as one (done just below), each file as one more.
@@ -1348,8 +1315,8 @@ impl HttpAgent {
     }
 }
 
-impl Agent for HttpAgent {
-    fn handle_event(&mut self, now: Time, event: AgentEvent, _file: Option<FileHandover>) {
+impl PureAgent for HttpAgent {
+    fn handle_event(&mut self, now: Time, event: AgentEvent) {
         match event {
             AgentEvent::MessageReceived {
                 device,
@@ -1450,10 +1417,6 @@ impl Agent for HttpAgent {
             }
             _ => {}
         }
-    }
-
-    fn http_agent(&mut self) -> Option<&mut HttpAgent> {
-        Some(self)
     }
 }
 

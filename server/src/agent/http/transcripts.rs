@@ -16,10 +16,9 @@ use hermes_mobile::agent::{PromptKind, UserInfo};
 use hermes_mobile::upstream::{Endpoint, ResponseHead};
 use hermes_mobile::{AgentCommand, AgentEvent, DeviceId, PromptId, Time};
 
-use super::{Backend, HttpAgent, HttpIo, HttpSettings};
-use crate::agent::Agent;
-use crate::fileio::LoadError;
-use crate::http_client::{CallError, CallEvent, CallId};
+use super::{Backend, HttpAgent, HttpSettings};
+use crate::agent::io::{AgentIo, CallError, CallEvent, CallId, LoadError};
+use crate::agent::PureAgent;
 
 /// Steps of virtual time before a scenario is taken to livelock.
 const MAX_STEPS: usize = 10_000;
@@ -102,32 +101,33 @@ impl Script {
         );
     }
 
-    fn record_io(&mut self, io: HttpIo) {
+    fn record_io(&mut self, io: AgentIo) {
         match io {
-            HttpIo::Call { id, request } => {
+            AgentIo::Call { id, request } => {
                 self.last_call = Some(id);
                 let _ = writeln!(self.out, "  io call {}:", id.0);
                 for line in String::from_utf8_lossy(&request).split("\r\n") {
                     let _ = writeln!(self.out, "    | {line}");
                 }
             }
-            HttpIo::Cancel(id) => {
+            AgentIo::Cancel(id) => {
                 let _ = writeln!(self.out, "  io cancel {}", id.0);
             }
-            HttpIo::Load { tag, path, limit } => {
+            AgentIo::Load { tag, path, limit } => {
                 self.last_load = Some(tag);
                 let _ = writeln!(self.out, "  io load {tag} {} (limit {limit})", path.display());
             }
-            HttpIo::Persist { path, contents } => {
+            AgentIo::Persist { path, contents } => {
                 let text = String::from_utf8_lossy(&contents);
                 let _ = writeln!(self.out, "  io persist {}: {text}", path.display());
             }
+            other @ (AgentIo::Write { .. } | AgentIo::Close { .. }) => panic!("not an HTTP agent's: {other:?}"),
         }
     }
 
     fn event(&mut self, what: &str, event: AgentEvent) {
         self.step(what);
-        self.agent.handle_event(self.now, event, None);
+        self.agent.handle_event(self.now, event);
         self.drain();
     }
 

@@ -174,7 +174,7 @@ pub enum PeerHome {
     Ws(usize, u32),
 }
 
-pub struct AgentIo {
+pub struct LinkTransports {
     command: Option<String>,
     child: Option<ChildAgent>,
     /// Children that were told to stop and have not been reaped yet, with when they are
@@ -189,9 +189,9 @@ pub struct AgentIo {
     next_peer: u64,
 }
 
-impl AgentIo {
-    pub fn new() -> AgentIo {
-        AgentIo {
+impl LinkTransports {
+    pub fn new() -> LinkTransports {
+        LinkTransports {
             command: None,
             child: None,
             exiting: Vec::new(),

@@ -1,0 +1,97 @@
+//! The event loop's side of the agent port: the agent's [`AgentIo`] carried out (calls by
+//! the HTTP client, lines by the link's transports, files by the file worker, all off the
+//! loop's critical path) and the answers handed back, whatever the backend.
+
+use std::time::Instant;
+
+use super::Server;
+use crate::agent::io::{AgentIo, LoadError};
+use crate::fileio::Ticket;
+use crate::wheel::Entry;
+
+type LoadResult = Result<Vec<u8>, LoadError>;
+
+impl Server {
+    /// Carries out what the agent asked for and hands it the HTTP client's news; whether
+    /// anything happened.
+    pub(super) fn pump_agent_io(&mut self, now: Instant) -> bool {
+        let t = self.time(now);
+        let mut progress = false;
+        loop {
+            let mut any = false;
+            while let Some(io) = self.agent.poll_io() {
+                any = true;
+                self.carry_out(io, now);
+            }
+            if let Some(client) = self.http.as_mut() {
+                while let Some((id, event)) = client.poll_event() {
+                    any = true;
+                    self.agent.handle_call(t, id, event);
+                }
+            }
+            if !any {
+                break;
+            }
+            progress = true;
+        }
+        progress
+    }
+
+    fn carry_out(&mut self, io: AgentIo, now: Instant) {
+        match io {
+            AgentIo::Call { id, request } => match self.http.as_mut() {
+                Some(client) => client.start(self.poll.registry(), &mut self.wheel, id, request, now),
+                None => log::error!("agent: a call with no HTTP agent configured"),
+            },
+            AgentIo::Cancel(id) => {
+                if let Some(client) = self.http.as_mut() {
+                    client.cancel(self.poll.registry(), id);
+                }
+            }
+            AgentIo::Load { tag, path, limit } => {
+                let ticket = self.files.load(path, limit);
+                self.agent_loads.push((ticket, tag));
+            }
+            AgentIo::Persist { path, contents } => self.files.persist(path, contents),
+            AgentIo::Write { peer, line } => self.write_link_line(peer, line, now),
+            AgentIo::Close { peer, reason } => self.end_link_peer(peer, &reason, now),
+        }
+    }
+
+    /// A file the agent asked for was read.
+    pub(super) fn agent_loaded(&mut self, ticket: Ticket, result: LoadResult, now: Instant) {
+        let Some(at) = self.agent_loads.iter().position(|(t, _)| *t == ticket) else {
+            return;
+        };
+        let (_, tag) = self.agent_loads.swap_remove(at);
+        let t = self.time(now);
+        self.agent.handle_loaded(t, tag, result);
+    }
+
+    pub(super) fn on_upstream_ready(&mut self, key: usize, now: Instant) {
+        if let Some(client) = self.http.as_mut() {
+            client.on_ready(key, self.poll.registry(), &mut self.wheel, now);
+        }
+    }
+
+    pub(super) fn on_upstream_timer(&mut self, entry: Entry, now: Instant) {
+        if let Some(client) = self.http.as_mut() {
+            client.on_timer(entry.key, entry.generation, self.poll.registry(), &mut self.wheel, now);
+        }
+    }
+
+    /// The waker fired: DNS answers may be in.
+    pub(super) fn on_upstream_wake(&mut self, now: Instant) {
+        if let Some(client) = self.http.as_mut() {
+            client.on_wake(self.poll.registry(), &mut self.wheel, now);
+        }
+    }
+
+    pub(super) fn upstream_read_again(&mut self, now: Instant) {
+        if let Some(client) = self.http.as_mut() {
+            if client.wants_read_again() {
+                client.read_again(self.poll.registry(), &mut self.wheel, now);
+            }
+        }
+    }
+}
