@@ -5,6 +5,13 @@ Install by copying this directory to ``$HERMES_HOME/plugins/mobile/`` (or run
 config.yaml; see docs/hermes.md in the hermes-mobile repository.
 """
 
-from .adapter import register
+
+def register(ctx) -> None:
+    # Imported here, not at the top: the adapter needs Hermes, while the plugin's pure
+    # parts (inbox.py, cards.py, …) are imported by its unit tests without it.
+    from .adapter import register as register_adapter
+
+    register_adapter(ctx)
+
 
 __all__ = ["register"]
