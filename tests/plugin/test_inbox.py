@@ -119,6 +119,27 @@ def test_backlog_waits_for_each_turn_to_end():
     run(main())
 
 
+def test_backlog_waits_for_hermes_to_release_the_session_guard():
+    """Hermes keeps its session guard a little past on_processing_complete; a message
+    handed over before the guard goes is an interruption ("Interrupting current task")."""
+    async def main():
+        h = FakeHermes()
+        inbox = h.make_inbox()
+        inbox.link_up()
+        inbox.push(msg("alpha"))
+        inbox.push(msg("bravo"))
+        await settle()
+        h.turn_starts()
+        h.turn_ends(keep_guard=True)
+        await settle()
+        assert h.handed == ["alpha"], "bravo was handed over while Hermes still held alpha's session"
+        del h.guards[KEY]
+        await settle()
+        assert h.handed == ["alpha", "bravo"]
+
+    run(main())
+
+
 def test_backlog_waits_for_a_turn_hermes_runs_by_itself():
     """A turn Hermes resumed at start-up runs an agent without on_processing_start."""
     async def main():

@@ -45,7 +45,7 @@ from .common import (
     name_chat,
     printable,
 )
-from .inbox import Hold, Inbox, Turns, watch_runner
+from .inbox import Hold, Inbox, Turns, watch, watch_runner
 from .link import Link, LinkError, NotConnected, settings_of, standalone_send
 
 logger = logging.getLogger(__name__)
@@ -91,8 +91,11 @@ class MobileAdapter(BasePlatformAdapter):
         self._turns = Turns(self._wake)
         self._cards = Cards(HermesWaits(), self._limits, self._result, self._link.command, self.send,
                             self.resume_typing_for_chat)
+        # Hermes' session guards (BasePlatformAdapter._active_sessions): a change
+        # wakes the inbox, whose hold waits for the guard of the turn before.
+        watch(self, "_active_sessions", self._wake)
         self._unwatch: List[Any] = []  # the watches on Hermes' runner
-        hold = Hold(self._turns, self._session_key_for, self._running_agents, lambda: None,
+        hold = Hold(self._turns, self._session_key_for, self._running_agents, lambda: self._active_sessions,
                     HermesWaits.asks, self._hermes_ready)
         self._inbox = Inbox(self._on_message, hold)
         self._ensure_home_channel()
@@ -160,7 +163,13 @@ class MobileAdapter(BasePlatformAdapter):
             source = self.build_source(chat_id=chat_id, chat_type="dm")
             from gateway.session import build_session_key
 
-            return build_session_key(source)
+            # As BasePlatformAdapter.handle_message keys its session guard.
+            extra = getattr(self.config, "extra", None) or {}
+            return build_session_key(
+                source,
+                group_sessions_per_user=extra.get("group_sessions_per_user", True),
+                thread_sessions_per_user=extra.get("thread_sessions_per_user", False),
+            )
         except Exception:
             return None
 

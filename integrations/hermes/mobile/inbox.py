@@ -233,7 +233,10 @@ class Hold:
         key = self._session_key(chat_id)
         if not key:
             return False
-        return key in (self._running() or {})
+        # Hermes keeps the session's guard a little past on_processing_complete (its
+        # cleanup awaits typing and debounce tasks first): a message handed over
+        # before the guard goes is taken as an interruption of the turn that ended.
+        return key in (self._running() or {}) or key in (self._guards() or {})
 
     def asks(self, device: str) -> bool:
         key = self._session_key(chat_id_for(device))
