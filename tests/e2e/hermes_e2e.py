@@ -35,6 +35,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(HERE))
 
+from model_server import TWO_PART_ANSWER  # noqa: E402
 from phone import Phone  # noqa: E402
 
 TOKEN = "e2e-app-token-0123456789abcdef"
@@ -304,6 +305,18 @@ async def check_text_stream(w, phone):
     texts = [m2["text"] for _, m2 in phone.final_messages_since(0)]
     assert not any("home channel" in t.lower() for t in texts), "Hermes' home-channel notice reached the phone"
     return f"{len(m['versions'])} versions of one message, {len(m['text'])} chars"
+
+
+async def check_long_answer_one_message(w, phone):
+    """An answer over Hermes' default 4,096 characters and under the gateway's 12,000
+    reaches the phone as one message (the gateway chunks it, M1), line breaks kept."""
+    (mid, m), mark = await turn(phone, "please give me a two-part answer", "the two-part answer",
+                                predicate=lambda t: "The very end." in t)
+    parts = [(i, len(m2["text"])) for i, m2 in phone.final_messages_since(mark) if "part" in m2["text"]]
+    assert len(parts) == 1, f"the answer reached the phone as {len(parts)} messages: {parts}"
+    assert m["text"] == TWO_PART_ANSWER, \
+        f"{len(m['text'])} of {len(TWO_PART_ANSWER)} chars; around the break: {m['text'][3950:4000]!r}"
+    return f"one message of {len(m['text'])} chars"
 
 
 async def exec_card(w, phone, target, answer):
@@ -703,6 +716,7 @@ async def check_card_survives_gateway_restart(w, phone):
 
 CHECKS = [
     ("text turn, streamed edits in place", check_text_stream),
+    ("a long answer (6,479 chars) arrives as one message", check_long_answer_one_message),
     ("exec_approval: deny", check_exec_deny),
     ("exec_approval: once", check_exec_once),
     ("exec_approval: a stopped command's card approves nothing", check_exec_stale_card),

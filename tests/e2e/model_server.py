@@ -8,6 +8,7 @@ answers is chosen by keywords in the last user message, so the test drives it:
 | the last user message contains | the answer |
 |---|---|
 | `long answer`             | a long answer streamed in many small chunks |
+| `two-part answer`         | TWO_PART_ANSWER: 6,479 characters in two paragraphs, streamed word by word |
 | `slow answer`             | a text dribbled one word a second for about a minute (something to `/stop`) |
 | `run sleep <seconds>`     | a `terminal` tool call `sleep <seconds>`; then a text quoting the tool's result |
 | `delete <path>`           | a `terminal` tool call `rm -rf <path>`; then a text quoting the tool's result |
@@ -36,6 +37,18 @@ LOG = []
 LOG_LOCK = threading.Lock()
 LONG_WORDS = 60
 SLOW_WORDS = 60  # one a second: `slow answer` takes about a minute
+
+
+def _paragraph(head, tail, size):
+    words = " ".join(f"{head.split()[0].lower()}{i}" for i in range(size))
+    return f"{head} {words[: size - len(head) - len(tail) - 2].rstrip()} {tail}"
+
+
+# Over Hermes' default 4,096 characters a message and under the gateway's 12,000: Hermes
+# split it at 3,968 + 2,510 when the adapter did not declare its own limit.
+TWO_PART_ANSWER = (_paragraph("Part one:", "End of part one.", 3968) + "\n\n"
+                   + _paragraph("Part two:", "The very end.", 6479 - 3968 - 2))
+assert len(TWO_PART_ANSWER) == 6479, len(TWO_PART_ANSWER)
 
 
 def _text_of(content):
@@ -78,6 +91,8 @@ def plan(body):
     if "long answer" in low:
         words = " ".join(f"word{i}" for i in range(LONG_WORDS))
         return ("text", f"Here is a long answer: {words}. The end.", 0.05)
+    if "two-part answer" in low:
+        return ("text", TWO_PART_ANSWER, 0.002)
     if "slow answer" in low:
         words = " ".join(f"slow{i}" for i in range(SLOW_WORDS))
         return ("text", f"A slow answer: {words}. The end.", 1.0)

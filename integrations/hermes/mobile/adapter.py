@@ -75,6 +75,10 @@ class MobileAdapter(BasePlatformAdapter):
     # Streamed replies stay open on the phone until a `done:true` version; make the
     # stream consumer always send its final edit so every stream is closed.
     REQUIRES_EDIT_FINALIZE = True
+    # The longest message the phone takes as one: the gateway's limit, which it chunks
+    # for the phone (M1). Hermes' stream consumer splits a reply at this length (4,096
+    # when an adapter does not say), and a split reply reached the phone as two.
+    MAX_MESSAGE_LENGTH = DEFAULT_LIMITS["text_chars"]
 
     def __init__(self, config: Any, **_kwargs: Any):
         super().__init__(config, Platform(PLATFORM_NAME))
@@ -254,6 +258,7 @@ class MobileAdapter(BasePlatformAdapter):
             for key, value in limits.items():
                 if isinstance(value, int) and value > 0:
                     self._limits[key] = value
+        self.MAX_MESSAGE_LENGTH = int(self._limits["text_chars"])
         for dev in welcome.get("devices") or []:
             if isinstance(dev, dict) and dev.get("device"):
                 self._remember_device(str(dev["device"]), dev.get("name"), dev.get("user"))
