@@ -153,8 +153,9 @@ impl Wheel {
         best.map(|t| self.instant_of(t))
     }
 
+    /// Entries on the wheel, live or lazily cancelled.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    fn entries(&self) -> usize {
         self.len
     }
 }
@@ -174,7 +175,7 @@ mod tests {
         assert_eq!(w.next_deadline(), Some(t0 + Duration::from_millis(30)));
         w.expire(t0 + Duration::from_millis(30), &mut due);
         assert_eq!(due.len(), 1);
-        assert_eq!(w.len(), 0);
+        assert_eq!(w.entries(), 0);
         assert_eq!(w.next_deadline(), None);
     }
 

@@ -1,0 +1,189 @@
+//! The command line: the gateway server, `send` for cron, `token` and `pair` for pairing a
+//! phone, and `hermes` for the Hermes plugin.
+
+use std::collections::HashMap;
+
+use crate::state::TokenOrigin;
+use crate::{config, env_file, hermes, memory, pair, send, server, state};
+
+/// Runs the command line: the exit status.
+pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let env: HashMap<String, String> = std::env::vars().collect();
+    match args.first().map(String::as_str) {
+        Some("--help" | "-h" | "help") => {
+            print!("{}", config::help());
+            0
+        }
+        Some("--version" | "-V") => {
+            println!("hermes-mobile {}", env!("CARGO_PKG_VERSION"));
+            0
+        }
+        Some("send") => match env_file::layered(&env, &args[1..], env_file::Unreadable::Skip) {
+            Ok(l) => send::run(&l.env, &l.args),
+            Err(e) => fail(e, send::EXIT_USAGE),
+        },
+        Some("token") => token(&env, &args[1..]),
+        Some("pair") => pair(&env, &args[1..]),
+        Some("hermes") => hermes::run(&env, &args[1..]),
+        Some("serve") => serve(&env, &args[1..]),
+        _ => serve(&env, &args),
+    }
+}
+
+fn fail(message: impl std::fmt::Display, code: i32) -> i32 {
+    eprintln!("hermes-mobile: {message}");
+    code
+}
+
+/// The token the server would use, created in the state directory if needed (decisions C3).
+fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, String> {
+    if config.token_given {
+        return Ok(TokenOrigin::Configured);
+    }
+    let (token, origin) = state::stored_token(&config.state_dir)?;
+    config.core.token = token;
+    Ok(origin)
+}
+
+/// `hermes-mobile token`: the token in use, read from the service's settings file too, so
+/// that `sudo hermes-mobile token` on a Pi prints the token the service generated.
+fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    match token_in_use(env, args) {
+        Ok(config) => {
+            println!("{}", config.core.token);
+            0
+        }
+        Err((e, code)) => fail(e, code),
+    }
+}
+
+/// `hermes-mobile pair`: where to open the chat, the pairing link and its QR code.
+fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    let config = match token_in_use(env, args) {
+        Ok(c) => c,
+        Err((e, code)) => return fail(e, code),
+    };
+    let port = if config.port == 0 { 8787 } else { config.port };
+    let p = pair::Pairing {
+        urls: pair::page_urls(&config.host, port, &pair::lan_addresses()),
+        token: Some(&config.core.token),
+        qr: true,
+        web: config.web.is_some(),
+    };
+    match pair::print(&mut std::io::stdout().lock(), &p) {
+        Ok(()) => 0,
+        Err(e) => fail(e, 1),
+    }
+}
+
+/// The configuration with the token the server uses (read, never created, when the
+/// service's settings file names the state directory).
+fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config::ServerConfig, (String, i32)> {
+    let l = env_file::layered(env, args, env_file::Unreadable::Fail).map_err(|e| (e.to_string(), 2))?;
+    let mut config = config::parse(&l.env, &l.args).map_err(|e| (e, 2))?;
+    if let Some(file) = l.file.filter(|_| !config.token_given) {
+        // Creating a token here would leave it owned by root, unreadable by the service.
+        let path = config.state_dir.join("token");
+        if !path.exists() {
+            return Err((
+                format!(
+                    "no token yet in {} (state directory from {}): start the service once \
+                     (systemctl start hermes-mobile), then ask again",
+                    path.display(),
+                    file.display()
+                ),
+                1,
+            ));
+        }
+    }
+    resolve_token(&mut config).map_err(|e| (e, 1))?;
+    Ok(config)
+}
+
+fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
+    let mut config = match config::parse(env, args) {
+        Ok(c) => c,
+        Err(e) => return fail(e, 2),
+    };
+    let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
+    memory::return_large_blocks_promptly();
+    memory::forbid_inspection();
+    if let Some(warning) = &config.log_warning {
+        log::warn!("{warning}");
+    }
+    let mut show_token = false;
+    match resolve_token(&mut config) {
+        Ok(TokenOrigin::Created(path)) if env.contains_key("INVOCATION_ID") => {
+            // Under systemd stdout is the journal, which more people may read than the
+            // owner-only token file: say where it is, not what it is.
+            println!(
+                "New app token kept in {}; print it with: sudo hermes-mobile token",
+                path.display()
+            );
+        }
+        Ok(TokenOrigin::Created(path)) => {
+            // C3: shown once, on creation, on stdout, never through the log.
+            println!(
+                "New app token (kept in {}; pair your phone with it):\n{}",
+                path.display(),
+                config.core.token
+            );
+            show_token = true;
+        }
+        Ok(TokenOrigin::Stored(path)) => log::info!("using the app token kept in {}", path.display()),
+        Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
+        Err(e) => return fail(e, 1),
+    }
+    if let Some(agent_token) = &config.agent_token {
+        // L39: no token a phone or a service holds may make its holder the agent.
+        let core = &config.core;
+        let others = std::iter::once(&core.token)
+            .chain(core.extra_tokens.iter().map(|(_, t)| t))
+            .chain(core.deliver_tokens.iter());
+        if others
+            .into_iter()
+            .any(|t| hermes_mobile::agent_link::tokens_equal(agent_token, t))
+        {
+            return fail(
+                "MOBILE_AGENT_TOKEN must differ from the app token and every phone or deliver token: a phone must not be able to act as the agent",
+                2,
+            );
+        }
+    }
+    let seed = match state::random_bytes::<8>() {
+        Ok(b) => u64::from_le_bytes(b),
+        Err(e) => return fail(format!("no random source: {e}"), 1),
+    };
+    let (host, port) = (config.host.clone(), config.port);
+    // L43: the token in the pairing link only when it was just created, as C3 shows it.
+    let token = show_token.then(|| config.core.token.clone());
+    let web = config.web.is_some();
+    match (&config.web, config.web_dir.as_deref()) {
+        (Some(w), Some(dir)) => log::info!("web client: {} bytes read from {}", w.size(), dir),
+        (Some(w), None) => log::info!("web client: {} bytes built in, at / and /avatar/", w.size()),
+        (None, _) => log::info!("web client: off (MOBILE_WEB=off)"),
+    }
+    let mut server = match server::Server::bind(config, seed) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
+    };
+    let pairing = pair::Pairing {
+        urls: pair::page_urls(&host, server.local_addr().port(), &pair::lan_addresses()),
+        token: token.as_deref(),
+        qr: token.is_some(),
+        web,
+    };
+    if let Err(e) = pair::print(&mut std::io::stdout().lock(), &pairing) {
+        log::warn!("could not print where to open the chat: {e}");
+    }
+    log::info!(
+        "listening on ws://{}/ws (agent: {})",
+        server.local_addr(),
+        server.agent_summary()
+    );
+    match server.run() {
+        Ok(()) => 0,
+        Err(e) => fail(format!("event loop failed: {e}"), 1),
+    }
+}
