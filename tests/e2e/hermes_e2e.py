@@ -496,6 +496,25 @@ async def check_document_and_voice(w, phone):
     return f"document and voice paths reached the model; voice text answered ({msg['text'][:40]!r})"
 
 
+async def check_text_document_inlined(w, phone):
+    """A small text file from the phone reaches the model with its content, under its own
+    name (not the gateway's stored name), as Hermes' own adapters give documents."""
+    media_dir = w.state / "media"
+    before = set(media_dir.iterdir()) if media_dir.exists() else set()
+    mark = phone.mark()
+    await phone.upload("document", "shopping.txt", b"eggs\nthe walrus-42 flour\n", caption="what is on my list?")
+    saved = await phone.wait_for(
+        lambda: [p for p in media_dir.iterdir() if p not in before and "shopping" in p.name], 20,
+        "the gateway to save the document")
+    await model_saw(w, "walrus-42", "the document's content")
+    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the document")
+    await phone.wait_for(phone.turn_over, 60, "the document's turn to end")
+    log = json.dumps(await asyncio.to_thread(w.model_log))
+    assert "shopping.txt" in log and f"'{saved[0].name}'" not in log, \
+        f"the model was not told the file's own name (stored as {saved[0].name})"
+    return f"content and the name shopping.txt reached the model (stored as {saved[0].name})"
+
+
 async def check_hermes_send(w, phone):
     mark = phone.mark()
     out = await asyncio.to_thread(w.hermes_cli, "send", "--to", f"mobile:{DEVICE}", "hello from hermes send")
@@ -729,6 +748,7 @@ CHECKS = [
     ("a file over 8 MiB from the agent becomes a note", check_big_file_out),
     ("phone upload reaches the model as a saved path", check_upload),
     ("a document and a voice note", check_document_and_voice),
+    ("a text document's content reaches the model under its own name", check_text_document_inlined),
     ("hermes send --to mobile:<id>", check_hermes_send),
     ("cron job with deliver: mobile:<id>", check_cron),
     ("cron job fired by the Hermes gateway's ticker", check_cron_ticker),

@@ -12,6 +12,7 @@ import base64
 import logging
 import mimetypes
 import os
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,13 @@ from .common import DEFAULT_LIMITS, clip, mib, printable, safe_name
 
 logger = logging.getLogger(__name__)
 
+# A text document up to this size is given to the model inline, as Hermes' Telegram
+# adapter does (MAX_TEXT_INJECT_BYTES); a larger one by its path only.
+MAX_TEXT_INLINE_BYTES = 100 * 1024
+# Hermes' own list when it cannot be imported (gateway.platforms.base, 0.19), abridged.
+_TEXT_EXTS = {".txt", ".md", ".markdown", ".csv", ".tsv", ".log", ".json", ".jsonl", ".xml", ".yaml",
+              ".yml", ".toml", ".ini", ".cfg", ".conf", ".html", ".css", ".py", ".js", ".ts", ".sh",
+              ".c", ".h", ".go", ".rs", ".java", ".sql", ".diff", ".patch", ".srt", ".vtt", ".tex"}
 # Files the gateway sent inline are kept this long under $HERMES_HOME/cache/mobile.
 INLINE_KEEP_SECS = 7 * 24 * 3600
 INLINE_KEEP_FILES = 200
@@ -87,7 +95,85 @@ async def incoming(device: str, text: str, file: Optional[Dict[str, Any]]) -> In
         err = file.get("error") or why or "it could not be saved"
         note = f"[The user sent {name}, but the gateway could not pass it on: {err}]"
         return Incoming("text", f"{text}\n\n{note}" if text else note)
+    if kind == "document":
+        return Incoming(kind, await asyncio.to_thread(document_text, str(path), name, mime, text))
     return Incoming(kind, text, [str(path)], [mime])
+
+
+def document_text(path: str, name: str, mime: str, text: str) -> str:
+    """The message text for a document, as Hermes gives one from its own adapters.
+
+    Its Telegram adapter puts a small text document's content in the message
+    ("[Content of notes.txt]: …") and Hermes then adds a note naming the file, taking
+    the name from the saved file's name (`doc_<id>_<name>` in its own cache). The
+    gateway's saved copy is named `<ms>-<device>-<name>`, which Hermes would show as
+    is, so the note is built here, with the file's own name and the saved path, and
+    the file is not also passed as an attachment (Hermes would announce it again).
+    """
+    display = re.sub(r"[^\w.\- ]", "_", name)  # as Hermes shows a document's name
+    content = _text_content(path, name, mime)
+    if content is not None:
+        injection = f"[Content of {display}]:\n{content}"
+        text = f"{injection}\n\n{text}" if text else injection
+        mime = mime if mime.startswith("text/") else "text/plain"
+    elif mime.startswith("text/"):
+        # Too large, or not UTF-8: Hermes' note for a text document would say its
+        # content follows; its note for other documents tells the model to read it.
+        mime = "application/octet-stream"
+    note = _document_note(display, _agent_path(path), mime)
+    return f"{note}\n\n{text}" if text else note
+
+
+def _text_exts() -> set:
+    try:
+        from gateway.platforms.base import _TEXT_INJECT_EXTENSIONS
+
+        return set(_TEXT_INJECT_EXTENSIONS)
+    except Exception:
+        return _TEXT_EXTS
+
+
+def _text_content(path: str, name: str, mime: str) -> Optional[str]:
+    """A text document's content when it is small enough to inline, else None.
+
+    Like Hermes' adapters, gated on a text-like extension or MIME type, not on whether
+    the bytes happen to decode: binary formats can start with decodable headers.
+    """
+    if Path(name).suffix.lower() not in _text_exts() and not mime.startswith("text/"):
+        return None
+    try:
+        if os.path.getsize(path) > MAX_TEXT_INLINE_BYTES:
+            return None
+        with open(path, "rb") as f:
+            return f.read(MAX_TEXT_INLINE_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _agent_path(path: str) -> str:
+    """The path as the model's tools see it (Hermes translates cache paths for Docker)."""
+    try:
+        from tools.credential_files import to_agent_visible_cache_path
+
+        return str(to_agent_visible_cache_path(path))
+    except Exception:
+        return path
+
+
+def _document_note(display: str, path: str, mime: str) -> str:
+    try:
+        from gateway.run import _build_document_context_note
+
+        return str(_build_document_context_note(display, path, mime))
+    except Exception:
+        pass  # without Hermes (the unit tests), or another version: its 0.19 wording
+    if mime.startswith("text/"):
+        return (f"[The user sent a text document: '{display}'. Its content has been included below. "
+                f"The file is also saved at: {path}]")
+    return (f"[The user sent a document: '{display}'. It is saved at: {path}. Its text is not inlined "
+            f"here (it's a binary format such as PDF or DOCX). To read it, extract the document's text "
+            f"yourself — for example with the terminal tool or the ocr-and-documents skill — before "
+            f"answering, instead of asking the user to paste the contents.]")
 
 
 def _hermes_home() -> Path:
