@@ -64,12 +64,16 @@ fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err((e, code)) => return fail(e, code),
     };
-    let port = if config.port == 0 { 8787 } else { config.port };
+    let port = if config.port == 0 {
+        config::DEFAULT_PORT
+    } else {
+        config.port
+    };
     let p = pair::Pairing {
         urls: pair::page_urls(&config.host, port, &pair::lan_addresses()),
         token: Some(&config.core.token),
         qr: true,
-        web: config.web.is_some(),
+        web: config.web_source != config::WebSource::Off,
     };
     match pair::print(&mut std::io::stdout().lock(), &p) {
         Ok(()) => 0,
@@ -106,6 +110,9 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err(e) => return fail(e, 2),
     };
+    if let Err(e) = config.read_files() {
+        return fail(e, 2);
+    }
     let _ = simple_logger::SimpleLogger::new().with_level(config.log_level).init();
     memory::return_large_blocks_promptly();
     memory::forbid_inspection();
@@ -135,21 +142,8 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
         Err(e) => return fail(e, 1),
     }
-    if let Some(agent_token) = &config.agent_token {
-        // L39: no token a phone or a service holds may make its holder the agent.
-        let core = &config.core;
-        let others = std::iter::once(&core.token)
-            .chain(core.extra_tokens.iter().map(|(_, t)| t))
-            .chain(core.deliver_tokens.iter());
-        if others
-            .into_iter()
-            .any(|t| hermes_mobile::agent_link::tokens_equal(agent_token, t))
-        {
-            return fail(
-                "MOBILE_AGENT_TOKEN must differ from the app token and every phone or deliver token: a phone must not be able to act as the agent",
-                2,
-            );
-        }
+    if let Err(e) = config::validate::agent_token_is_its_own(&config) {
+        return fail(e, 2);
     }
     let seed = match state::random_bytes::<8>() {
         Ok(b) => u64::from_le_bytes(b),
