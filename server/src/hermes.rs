@@ -21,6 +21,26 @@ const FILES: &[(&str, &str)] = &[
         "adapter.py",
         include_str!("../../integrations/hermes/mobile/adapter.py"),
     ),
+    (
+        "cards.py",
+        include_str!("../../integrations/hermes/mobile/cards.py"),
+    ),
+    (
+        "common.py",
+        include_str!("../../integrations/hermes/mobile/common.py"),
+    ),
+    (
+        "files.py",
+        include_str!("../../integrations/hermes/mobile/files.py"),
+    ),
+    (
+        "inbox.py",
+        include_str!("../../integrations/hermes/mobile/inbox.py"),
+    ),
+    (
+        "link.py",
+        include_str!("../../integrations/hermes/mobile/link.py"),
+    ),
 ];
 
 const USAGE: &str = "\
@@ -138,6 +158,23 @@ streaming:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_file_of_the_plugin_is_embedded() {
+        // A module added to the plugin and not here would be missing from every install.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../integrations/hermes/mobile");
+        let mut on_disk: Vec<String> = fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".py") || n.ends_with(".yaml"))
+            .collect();
+        on_disk.sort();
+        let mut embedded: Vec<String> = FILES.iter().map(|(n, _)| (*n).to_owned()).collect();
+        embedded.sort();
+        assert_eq!(embedded, on_disk);
+    }
 
     #[test]
     fn install_writes_every_plugin_file_and_prints_the_config() {
