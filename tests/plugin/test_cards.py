@@ -33,19 +33,29 @@ class FakeHermes:
         self.slash = {}
         self.oldest_resolved = []
         self.readable = True
+        self.runs = {}  # the runner's run generation per session
 
     def ask(self, command, key=KEY, description="delete in root path"):
         entry = Entry(command, description)
         self.queues.setdefault(key, []).append(entry)
         return entry
 
-    def stop(self, key=KEY):
-        """/stop: Hermes denies what waits in the session and drops it."""
-        for entry in self.queues.pop(key, []):
-            entry.result = "deny"
-            entry.event.set()
+    def stop(self, key=KEY, unwound=True):
+        """/stop: a new run generation at once; the stopped run's approval wait denies
+        and drops its entry only when it next polls its interrupt flag (`unwound`)."""
+        self.runs[key] = self.runs.get(key, 0) + 1
+        if unwound:
+            for entry in self.queues.pop(key, []):
+                entry.result = "deny"
+                entry.event.set()
+
+    def next_turn(self, key=KEY):
+        self.runs[key] = self.runs.get(key, 0) + 1
 
     # -- the HermesWaits interface ------------------------------------------
+    def run_generation(self, key):
+        return self.runs.get(key, 0)
+
     def approval_queue(self, key):
         return list(self.queues.get(key) or []) if self.readable else None
 
@@ -159,6 +169,43 @@ def test_a_stopped_commands_card_approves_nothing():
         assert link.said == [(CHAT, NO_LONGER_WAITING)]
         await cards.answered(answer(new, "deny"))
         assert second.result == "deny"
+
+    run(main())
+
+
+def test_a_card_answered_while_its_stopped_run_unwinds_approves_nothing():
+    """Seen under load: /stop, the next command's card, then the old card answered
+    before the stopped run's approval wait had noticed the stop: the stopped command ran."""
+    async def main():
+        hermes, link, cards = make()
+        hermes.next_turn()
+        first = hermes.ask("rm -rf /tmp/first")
+        old = await open_card(cards, "rm -rf /tmp/first")
+        hermes.stop(unwound=False)
+        hermes.next_turn()
+        second = hermes.ask("rm -rf /tmp/second")
+        new = await open_card(cards, "rm -rf /tmp/second")
+        await cards.answered(answer(old, "once"))
+        assert first.result == "deny", f"the stopped command's card resolved it with {first.result!r}"
+        assert second.result is None
+        assert link.said == [(CHAT, NO_LONGER_WAITING)]
+        await cards.answered(answer(new, "once"))
+        assert second.result == "once"
+
+    run(main())
+
+
+def test_a_stopped_runs_approval_is_denied_once_hermes_moved_on():
+    """Pruning (at the end of every turn) denies it, so the stopped run ends at once."""
+    async def main():
+        hermes, link, cards = make()
+        hermes.next_turn()
+        entry = hermes.ask("rm -rf /tmp/x")
+        await open_card(cards, "rm -rf /tmp/x")
+        hermes.stop(unwound=False)
+        cards.prune()
+        assert entry.result == "deny" and entry.event.is_set() and not hermes.queues.get(KEY)
+        assert cards.prompts == {}
 
     run(main())
 

@@ -22,12 +22,14 @@ class FakeHermes:
         self.guards = WatchedDict()  # the adapter's _active_sessions (session guards)
         self.waits_for_user = False
         self.ready = True
+        self.registered = WatchedDict()  # tools.approval._gateway_notify_cbs
         self.inbox = None
         self.turns = Turns(lambda: self.inbox and self.inbox.poke())
-        for table in (self.running, self.guards):
+        for table in (self.running, self.guards, self.registered):
             table.listeners.append(lambda: self.inbox.poke())
         self.hold = Hold(self.turns, lambda chat: KEY if chat == CHAT else None, lambda: self.running,
-                         lambda: self.guards, lambda key: self.waits_for_user, lambda: self.ready)
+                         lambda: self.guards, lambda key: self.waits_for_user, lambda: self.ready,
+                         lambda key: key in self.registered)
 
     async def hand_over(self, ev):
         self.turns.handed(chat_id_for(ev["device"]))
@@ -153,6 +155,30 @@ def test_backlog_waits_for_a_turn_hermes_runs_by_itself():
         h.running.pop(KEY)
         await settle()
         assert h.handed == ["alpha"]
+
+    run(main())
+
+
+def test_a_message_waits_for_a_stopped_run_to_end():
+    """/stop frees the session in Hermes' runner at once, but the stopped run's thread
+    goes on for a while; a run started meanwhile lost its approval callback to the old
+    run's cleanup (seen under load: the next command never got its card)."""
+    async def main():
+        h = FakeHermes()
+        inbox = h.make_inbox()
+        inbox.push(msg("please delete first"))
+        await settle()
+        h.turn_starts()
+        h.registered[KEY] = "the run's approval callback"
+        inbox.push(msg("/stop"))  # urgent: straight through
+        await settle()
+        h.turn_ends()  # Hermes' /stop: running state and guard released at once
+        inbox.push(msg("please delete second"))
+        await settle()
+        assert h.handed == ["please delete first", "/stop"], "handed over while the stopped run unwound"
+        del h.registered[KEY]  # the stopped run's thread is done
+        await settle()
+        assert h.handed[-1] == "please delete second"
 
     run(main())
 

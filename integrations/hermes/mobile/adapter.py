@@ -42,10 +42,11 @@ from .common import (
     chat_id_for,
     clip,
     device_for,
+    ensure_home_channel,
     name_chat,
     printable,
 )
-from .inbox import Hold, Inbox, Turns, watch, watch_runner
+from .inbox import Hold, Inbox, Turns, wake_from_anywhere, watch, watch_runner
 from .link import Link, LinkError, NotConnected, settings_of, standalone_send
 
 logger = logging.getLogger(__name__)
@@ -93,16 +94,16 @@ class MobileAdapter(BasePlatformAdapter):
         self._aliased: set = set()
         self._tasks: set = set()
         self._turns = Turns(self._wake)
-        self._cards = Cards(HermesWaits(), self._limits, self._result, self._link.command, self.send,
-                            self.resume_typing_for_chat)
+        self._cards = Cards(HermesWaits(self._hermes_runner), self._limits, self._result, self._link.command,
+                            self.send, self.resume_typing_for_chat)
         # Hermes' session guards (BasePlatformAdapter._active_sessions): a change
         # wakes the inbox, whose hold waits for the guard of the turn before.
         watch(self, "_active_sessions", self._wake)
         self._unwatch: List[Any] = []  # the watches on Hermes' runner
         hold = Hold(self._turns, self._session_key_for, self._running_agents, lambda: self._active_sessions,
-                    HermesWaits.asks, self._hermes_ready)
+                    HermesWaits.asks, self._hermes_ready, HermesWaits.run_registered)
         self._inbox = Inbox(self._on_message, hold)
-        self._ensure_home_channel()
+        ensure_home_channel(self.config, self.platform)
 
     # -- Hermes properties ---------------------------------------------------
 
@@ -111,27 +112,6 @@ class MobileAdapter(BasePlatformAdapter):
         # The gateway authenticated the phone (its app token, device bindings,
         # allowed devices) before any message reaches the agent link.
         return True
-
-    def _ensure_home_channel(self) -> None:
-        """Give the platform a home channel unless the owner chose one.
-
-        Without one, Hermes answers a device's first message with a "No home channel
-        is set" notice. Our default home is HOME_CHAT_ID: a `deliver` without a target,
-        which the gateway sends to MOBILE_HOME_DEVICE. `/sethome` or MOBILE_HOME_CHANNEL
-        still choose a device.
-        """
-        try:
-            from gateway.config import HomeChannel
-
-            chosen = os.environ.get(HOME_ENV) not in (None, "", HOME_CHAT_ID)
-            if getattr(self.config, "home_channel", None) is None and not chosen:
-                self.config.home_channel = HomeChannel(
-                    platform=self.platform, chat_id=HOME_CHAT_ID, name="the gateway's home device"
-                )
-                # Cron in this process reads the home channel from the environment.
-                os.environ[HOME_ENV] = HOME_CHAT_ID
-        except Exception:
-            logger.debug("[mobile] could not set the default home channel", exc_info=True)
 
     # -- what the inbox's hold reads from Hermes -------------------------------
 
@@ -199,9 +179,11 @@ class MobileAdapter(BasePlatformAdapter):
         self._watch_runner()
 
     def _watch_runner(self) -> None:
-        runner = self._hermes_runner()
-        if runner is not None:
-            self._unwatch.extend(watch_runner(runner, self._wake))
+        try:
+            wake = wake_from_anywhere(self._wake)
+        except RuntimeError:
+            return  # no event loop yet: connect() watches
+        self._unwatch.extend(watch_runner(self._hermes_runner(), wake, self._wake))
 
     # -- connection ----------------------------------------------------------
 
@@ -331,7 +313,7 @@ class MobileAdapter(BasePlatformAdapter):
     ) -> SendResult:
         content = content or ""
         if _HOME_NOTICE_RE.match(content):
-            # Backstop for the "No home channel is set" notice (see _ensure_home_channel).
+            # Backstop for the "No home channel is set" notice (see common.ensure_home_channel).
             logger.info("[mobile] not sending Hermes' home-channel notice to %s", printable(device_for(chat_id)))
             return SendResult(success=True, message_id="suppressed")
         if chat_id == HOME_CHAT_ID or (metadata and metadata.get("job_id")):

@@ -42,7 +42,31 @@ GONE = _Gone()
 
 
 class HermesWaits:
-    """Hermes' pending approvals, clarify questions and slash confirmations (0.19)."""
+    """Hermes' pending approvals, clarify questions and slash confirmations (0.19).
+
+    `runner()` is Hermes' gateway runner (None when unknown), for its run generations.
+    """
+
+    def __init__(self, runner: Callable[[], Any] = lambda: None):
+        self._runner = runner
+
+    def run_generation(self, session_key: str) -> Optional[int]:
+        """The session's current run: Hermes counts up at every turn and at /stop or /new."""
+        generations = getattr(self._runner(), "__dict__", {}).get("_session_run_generation")
+        if not isinstance(generations, dict):
+            return None
+        return int(generations.get(session_key, 0))
+
+    @staticmethod
+    def run_registered(session_key: str) -> bool:
+        """Whether a run of this session still has its approval callback registered: a
+        stopped run does until its thread has unwound (Hermes' runner forgets it at once)."""
+        try:
+            from tools import approval
+
+            return session_key in approval._gateway_notify_cbs
+        except Exception:
+            return False
 
     @staticmethod
     def approval_queue(session_key: str) -> Optional[list]:
@@ -273,7 +297,8 @@ class Cards:
         if entry is None:
             logger.warning("[mobile] cannot read Hermes' approval queue; this card's answer will "
                            "resolve the session's oldest approval")
-        state = {"kind": "exec_approval", "session_key": session_key, "chat_id": chat_id, "entry": entry}
+        state = {"kind": "exec_approval", "session_key": session_key, "chat_id": chat_id, "entry": entry,
+                 "run": self.hermes.run_generation(session_key)}
         return await self.open(body, state)
 
     def claim_approval(self, session_key: str, command: str, description: str) -> Any:
@@ -321,6 +346,8 @@ class Cards:
                 entry = state.get("entry")
                 if entry is None:
                     return None
+                if self._run_stopped(state):
+                    return False
                 return self.hermes.approval_waiting(state["session_key"], entry)
             if kind == "clarify":
                 return self.hermes.clarify_waiting(state["clarify_id"])
@@ -329,6 +356,30 @@ class Cards:
         except Exception:
             logger.debug("[mobile] cannot tell whether a card is still awaited", exc_info=True)
         return None
+
+    def _run_stopped(self, state: Dict[str, Any]) -> bool:
+        """Whether the run that asked for this approval was stopped (/stop, /new) or
+        followed by another: its entry may still be queued, unanswered, for a while.
+
+        Hermes' approval wait notices a stop only when it next polls its interrupt flag
+        (once a second, later on a busy machine). An answer in that window would run
+        the stopped command, and a new run of the session would be torn down by the old
+        one's cleanup.
+        """
+        run = state.get("run")
+        return run is not None and self.hermes.run_generation(state["session_key"]) not in (None, run)
+
+    def _deny_stopped(self, state: Dict[str, Any]) -> None:
+        """Deny a stopped run's approval now, as Hermes does once its wait notices the
+        stop, so the stopped run ends at once."""
+        entry = state.get("entry")
+        if state.get("kind") == "exec_approval" and entry is not None and self._run_stopped(state):
+            try:
+                if self.hermes.resolve_entry(state["session_key"], entry, "deny"):
+                    logger.info("[mobile] denied the approval of a stopped run for %s",
+                                printable(device_for(state["chat_id"])))
+            except Exception:
+                logger.debug("[mobile] could not deny a stopped run's approval", exc_info=True)
 
     def prune(self) -> None:
         """Forget cards Hermes no longer waits for (answered elsewhere, /stop, timeout).
@@ -340,6 +391,7 @@ class Cards:
         for pid, state in list(self.prompts.items()):
             waiting = self.still_waiting(state)
             if waiting is False or (waiting is None and now > state.get("deadline", now) + PROMPT_GRACE):
+                self._deny_stopped(state)
                 self.prompts.pop(pid, None)
 
     async def reopen(self, only_device: Optional[str] = None) -> None:
@@ -379,6 +431,7 @@ class Cards:
         pid = str(ev.get("prompt"))
         state = self.prompts.pop(pid, None)
         if state is not None and self.still_waiting(state) is False:
+            self._deny_stopped(state)
             state = None
         if state is None:
             # Hermes no longer waits: it was stopped, timed out, or restarted (cards
@@ -392,6 +445,8 @@ class Cards:
     async def expired(self, ev: Dict[str, Any]) -> None:
         state = self.prompts.pop(str(ev.get("prompt")), None)
         if state is None or self.still_waiting(state) is False:
+            if state is not None:
+                self._deny_stopped(state)
             return
         kind = state["kind"]
         if kind == "exec_approval":

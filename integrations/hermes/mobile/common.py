@@ -18,7 +18,7 @@ logger = logging.getLogger(__name__)
 PLATFORM_NAME = "mobile"
 PROTOCOL_VERSION = 1
 # `chat_id` of the platform's default home channel: "the gateway's MOBILE_HOME_DEVICE".
-# A `deliver` without a target goes there (see MobileAdapter._ensure_home_channel).
+# A `deliver` without a target goes there (see ensure_home_channel).
 HOME_CHAT_ID = "~home"
 HOME_ENV = "MOBILE_HOME_CHANNEL"
 # What the gateway announces in `welcome.limits`, until it has.
@@ -146,3 +146,25 @@ def name_chat(device: str) -> None:
         atomic_json_write(CHANNEL_ALIASES_PATH, data)
     except Exception:
         logger.debug("[mobile] could not name %s in channel_aliases.json", printable(device), exc_info=True)
+
+
+def ensure_home_channel(config: Any, platform: Any) -> None:
+    """Give the platform a home channel unless the owner chose one.
+
+    Without one, Hermes answers a device's first message with a "No home channel
+    is set" notice. Our default home is HOME_CHAT_ID: a `deliver` without a target,
+    which the gateway sends to MOBILE_HOME_DEVICE. `/sethome` or MOBILE_HOME_CHANNEL
+    still choose a device.
+    """
+    try:
+        from gateway.config import HomeChannel
+
+        chosen = os.environ.get(HOME_ENV) not in (None, "", HOME_CHAT_ID)
+        if getattr(config, "home_channel", None) is None and not chosen:
+            config.home_channel = HomeChannel(
+                platform=platform, chat_id=HOME_CHAT_ID, name="the gateway's home device"
+            )
+            # Cron in this process reads the home channel from the environment.
+            os.environ[HOME_ENV] = HOME_CHAT_ID
+    except Exception:
+        logger.debug("[mobile] could not set the default home channel", exc_info=True)

@@ -7,7 +7,7 @@ The gateway keeps what a phone sends while Hermes is away and hands it all over 
 after `welcome`: the backlog. Hermes treats a message that arrives during a turn as an
 interruption ("⚡ Interrupting current task") and may answer a later one first, so a
 backlog message waits until the turn before it is over (`Hold.busy`). Live messages are
-never held.
+held only while a stopped run of their session is still ending (`Hold.stopping`).
 
 Nothing waits by polling: consumers sleep on a `Signal` that the adapter pokes whenever
 something the hold looks at changes (a turn starts or ends, Hermes releases a session,
@@ -39,6 +39,8 @@ BACKLOG_SETTLE = 0.2
 # Messages that arrive this soon after `welcome` are the gateway's backlog (it hands
 # over what it kept right after the handshake); later ones are live.
 BACKLOG_WINDOW = 1.0
+# The longest a message waits for a stopped run of its session to end (see Hold.stopping).
+STOPPED_RUN_WAIT = 10.0
 # Commands that must reach Hermes at once, never held behind a backlog turn.
 URGENT_COMMANDS = {"stop", "approve", "deny", "cancel", "abort"}
 
@@ -207,7 +209,8 @@ class Hold:
     `session_key(chat_id)` is Hermes' session key of a chat; `running()` Hermes' running
     agents and `guards()` its adapter's session guards (both keyed by session key);
     `asks(session_key)` whether Hermes waits for the user there; `ready()` whether
-    Hermes is ready for messages at all.
+    Hermes is ready for messages at all; `registered(session_key)` whether a run of
+    the session still has its callbacks registered with Hermes' tools.
     """
 
     def __init__(
@@ -218,12 +221,14 @@ class Hold:
         guards: Callable[[], Optional[Mapping]],
         asks: Callable[[str], bool],
         ready: Callable[[], bool] = lambda: True,
+        registered: Callable[[str], bool] = lambda key: False,
     ):
         self.turns = turns
         self._session_key = session_key
         self._running = running
         self._guards = guards
         self._asks = asks
+        self._registered = registered
         self.ready = ready
 
     def busy(self, device: str) -> bool:
@@ -242,6 +247,19 @@ class Hold:
         key = self._session_key(chat_id_for(device))
         return bool(key) and self._asks(key)
 
+    def stopping(self, device: str) -> bool:
+        """A stopped run of this chat's session is still unwinding.
+
+        /stop and /new free the session in Hermes' runner at once, while the stopped
+        run's thread goes on until it notices (an approval wait polls once a second).
+        A run started meanwhile is torn down by the old one's cleanup, which
+        unregisters the session's approval callback: its command then gets no card.
+        """
+        key = self._session_key(chat_id_for(device))
+        if not key or not self._registered(key):
+            return False
+        return key not in (self._running() or {}) and key not in (self._guards() or {})
+
 
 class Inbox:
     """Per-device queues, each drained in order by one task through `hand_over`."""
@@ -254,6 +272,7 @@ class Inbox:
         clock: Callable[[], float] = time.monotonic,
         register_wait: float = REGISTER_WAIT,
         turn_wait: float = BACKLOG_TURN_WAIT,
+        stopped_wait: float = STOPPED_RUN_WAIT,
         settle: float = BACKLOG_SETTLE,
         backlog_window: float = BACKLOG_WINDOW,
     ):
@@ -262,6 +281,7 @@ class Inbox:
         self._clock = clock
         self._register_wait = register_wait
         self._turn_wait = turn_wait
+        self._stopped_wait = stopped_wait
         self._settle = settle
         self._backlog_window = backlog_window
         self.signal = Signal()
@@ -326,6 +346,9 @@ class Inbox:
                         await asyncio.sleep(self._settle)
                         settled = True
                     await self._until_free(device, queue)
+                if not is_urgent(str(queue[0][0].get("text") or "")):
+                    await wait_until(self.signal, lambda: not self._hold.stopping(device), self._stopped_wait,
+                                     self._clock)
                 ev, _backlog = queue.popleft()
                 try:
                     await self._hand_over(ev)
@@ -377,11 +400,22 @@ def wake_from_anywhere(wake: Callable[[], None]) -> Callable[[], None]:
     return wake_in_loop
 
 
-def watch_runner(runner: Any, wake: Callable[[], None]) -> list:
-    """Have Hermes' runner wake the inbox when an agent it runs ends (its own resumed
-    turns included) and when its start-up restore is over; it tells its adapters
-    neither. Returns the unwatch functions. Call from the event loop."""
-    unwatch = watch(runner, "_running_agents", wake_from_anywhere(wake))
+def watch_runner(runner: Any, wake_threadsafe: Callable[[], None], wake: Callable[[], None]) -> list:
+    """Have Hermes wake the inbox when an agent its runner runs ends (its own resumed
+    turns included), when its start-up restore is over, and when a run's thread is
+    done; it tells its adapters none of these. Returns the unwatch functions."""
+    unwatches = []
+    try:
+        from tools import approval
+
+        # A run registers its approval callback when it starts and unregisters it
+        # when its thread is done: the end of a stopped run (Hold.stopping).
+        unwatches.append(watch(approval, "_gateway_notify_cbs", wake_threadsafe))
+    except Exception:
+        logger.debug("[mobile] cannot watch Hermes' approval callbacks", exc_info=True)
+    if runner is None:
+        return [u for u in unwatches if u is not None]
+    unwatches.append(watch(runner, "_running_agents", wake_threadsafe))
     finish = getattr(runner, "_finish_startup_restore", None)
     if callable(finish) and getattr(runner, "_startup_restore_in_progress", False) \
             and not getattr(finish, "_mobile_wakes", False):
@@ -393,4 +427,4 @@ def watch_runner(runner: Any, wake: Callable[[], None]) -> list:
 
         finish_and_wake._mobile_wakes = True
         runner._finish_startup_restore = finish_and_wake
-    return [unwatch] if unwatch is not None else []
+    return [u for u in unwatches if u is not None]
