@@ -21,26 +21,11 @@ const FILES: &[(&str, &str)] = &[
         "adapter.py",
         include_str!("../../integrations/hermes/mobile/adapter.py"),
     ),
-    (
-        "cards.py",
-        include_str!("../../integrations/hermes/mobile/cards.py"),
-    ),
-    (
-        "common.py",
-        include_str!("../../integrations/hermes/mobile/common.py"),
-    ),
-    (
-        "files.py",
-        include_str!("../../integrations/hermes/mobile/files.py"),
-    ),
-    (
-        "inbox.py",
-        include_str!("../../integrations/hermes/mobile/inbox.py"),
-    ),
-    (
-        "link.py",
-        include_str!("../../integrations/hermes/mobile/link.py"),
-    ),
+    ("cards.py", include_str!("../../integrations/hermes/mobile/cards.py")),
+    ("common.py", include_str!("../../integrations/hermes/mobile/common.py")),
+    ("files.py", include_str!("../../integrations/hermes/mobile/files.py")),
+    ("inbox.py", include_str!("../../integrations/hermes/mobile/inbox.py")),
+    ("link.py", include_str!("../../integrations/hermes/mobile/link.py")),
 ];
 
 const USAGE: &str = "\

@@ -17,5 +17,6 @@ pub mod send;
 pub mod server;
 pub mod signals;
 pub mod state;
+pub mod timer;
 pub mod web;
 pub mod wheel;

@@ -1,54 +1,33 @@
-//! A single-level hashed timer wheel with lazy cancellation.
+//! A single-level hashed timer wheel with lazy cancellation, over typed keys.
 //!
 //! Deadlines are rounded *up* to the next tick, so a timer never fires early. Each entry
-//! names its owner `(slab key, generation)`; an owner that went away, or re-armed, leaves a
-//! stale entry behind that is recognised when it fires and dropped by the caller, so
-//! cancelling costs nothing. Entries further out than one turn of the wheel wait in their
+//! names its owner by a key (the server's [`crate::timer::TimerKey`]: a connection with its
+//! generation, a call, the core…); an owner that went away, or re-armed, leaves a stale
+//! entry behind that is recognised when it fires and dropped by the caller, so cancelling
+//! costs nothing. A key that has one deadline at a time (the core's, the agent's, a trim)
+//! is [`Wheel::arm`]ed: the earliest arming wins and only it fires, so no owner keeps a
+//! copy of its deadline beside the wheel. Entries further out than one turn of the wheel wait in their
 //! slot for the right turn. The wheel decides when to wake; whoever owns a timer decides
 //! what expired, from the real `now`.
 
 use std::time::{Duration, Instant};
 
-/// What a timer is for.
+/// An entry: its owner's key and its tick. `once`: the key is armed at most once at a time
+/// ([`Wheel::arm`]), and only its latest arming fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TimerKind {
-    /// The core's earliest deadline (hello, idle, cards, uploads, hold, dedup sweeps).
-    Core,
-    /// The agent's earliest deadline (the demo agent's streaming).
-    Agent,
-    /// The HTTP request head must be complete by now (decisions H7: inside the hello timeout).
-    HttpHead,
-    /// Keep-alive: ping a quiet connection, close a silent one (decisions K2).
-    KeepAlive,
-    /// A closing connection that has not finished its close handshake.
-    Linger,
-    /// Retry `accept` after it failed for lack of resources (EMFILE).
-    AcceptRetry,
-    /// Hand freed heap pages back to the kernel, a little after memory was let go.
-    Trim,
-    /// Start the `exec:` agent again after it exited.
-    AgentRestart,
-    /// Reap (or kill) an `exec:` agent that was told to stop.
-    AgentReap,
-    /// A Unix socket peer of the agent link must have said hello by now (key: its peer id).
-    AgentHello,
-    /// A deadline of an HTTP agent's call (key: the call's slot): connect, first byte, idle.
-    Upstream,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Entry {
-    pub kind: TimerKind,
-    pub key: usize,
-    pub generation: u32,
+struct Entry<K> {
+    key: K,
     tick: u64,
+    once: bool,
 }
 
 #[derive(Debug)]
-pub struct Wheel {
+pub struct Wheel<K> {
     origin: Instant,
     tick: Duration,
-    slots: Vec<Vec<Entry>>,
+    slots: Vec<Vec<Entry<K>>>,
+    /// The armed keys and the tick each fires at (a handful: one per singleton owner).
+    armed: Vec<(K, u64)>,
     /// The next tick not yet processed.
     current: u64,
     len: usize,
@@ -57,12 +36,13 @@ pub struct Wheel {
     earliest: Option<u64>,
 }
 
-impl Wheel {
-    pub fn new(origin: Instant, tick: Duration, slots: usize) -> Wheel {
+impl<K: Copy + PartialEq> Wheel<K> {
+    pub fn new(origin: Instant, tick: Duration, slots: usize) -> Wheel<K> {
         Wheel {
             origin,
             tick,
             slots: (0..slots.max(1)).map(|_| Vec::new()).collect(),
+            armed: Vec::new(),
             current: 0,
             len: 0,
             earliest: None,
@@ -80,23 +60,36 @@ impl Wheel {
         self.origin + Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
     }
 
-    pub fn insert(&mut self, at: Instant, kind: TimerKind, key: usize, generation: u32) {
+    /// Adds a deadline for `key`; it fires however many others the key has.
+    pub fn insert(&mut self, at: Instant, key: K) {
         let tick = self.tick_of(at).max(self.current);
+        self.push(Entry { key, tick, once: false });
+    }
+
+    /// Arms `key`'s one deadline: kept if it is armed earlier already, moved earlier
+    /// otherwise. Only the latest arming fires; an earlier one left behind is dropped.
+    pub fn arm(&mut self, at: Instant, key: K) {
+        let tick = self.tick_of(at).max(self.current);
+        match self.armed.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, armed)) if *armed <= tick => return,
+            Some((_, armed)) => *armed = tick,
+            None => self.armed.push((key, tick)),
+        }
+        self.push(Entry { key, tick, once: true });
+    }
+
+    fn push(&mut self, entry: Entry<K>) {
+        let tick = entry.tick;
         let slot = (tick % self.slots.len() as u64) as usize;
-        self.slots[slot].push(Entry {
-            kind,
-            key,
-            generation,
-            tick,
-        });
+        self.slots[slot].push(entry);
         self.len += 1;
         if self.len == 1 || self.earliest.is_some() {
             self.earliest = Some(self.earliest.map_or(tick, |e| e.min(tick)));
         }
     }
 
-    /// Removes every entry due at `now` into `due`.
-    pub fn expire(&mut self, now: Instant, due: &mut Vec<Entry>) {
+    /// Removes every entry due at `now`, and puts the keys of those that fire into `due`.
+    pub fn expire(&mut self, now: Instant, due: &mut Vec<K>) {
         // `tick_of` rounds up; an entry at tick t is due once now >= instant_of(t).
         let now_tick = {
             let nanos = now.saturating_duration_since(self.origin).as_nanos();
@@ -110,14 +103,19 @@ impl Wheel {
         let last = now_tick.min(self.current + n - 1);
         for tick in self.current..=last {
             let slot = &mut self.slots[(tick % n) as usize];
+            let armed = &mut self.armed;
             let before = slot.len();
             slot.retain(|e| {
-                if e.tick <= now_tick {
-                    due.push(*e);
-                    false
-                } else {
-                    true
+                if e.tick > now_tick {
+                    return true;
                 }
+                if !e.once {
+                    due.push(e.key);
+                } else if let Some(at) = armed.iter().position(|(k, t)| *k == e.key && *t == e.tick) {
+                    armed.swap_remove(at);
+                    due.push(e.key);
+                }
+                false
             });
             self.len -= before - slot.len();
         }
@@ -168,7 +166,7 @@ mod tests {
     fn fires_at_the_deadline_never_before() {
         let t0 = Instant::now();
         let mut w = Wheel::new(t0, Duration::from_millis(10), 64);
-        w.insert(t0 + Duration::from_millis(25), TimerKind::Core, 1, 0);
+        w.insert(t0 + Duration::from_millis(25), 1u32);
         let mut due = Vec::new();
         w.expire(t0 + Duration::from_millis(29), &mut due);
         assert!(due.is_empty());
@@ -183,16 +181,16 @@ mod tests {
     fn entries_beyond_one_turn_wait_for_their_turn() {
         let t0 = Instant::now();
         let mut w = Wheel::new(t0, Duration::from_millis(10), 8);
-        w.insert(t0 + Duration::from_millis(1000), TimerKind::KeepAlive, 7, 3);
-        w.insert(t0 + Duration::from_millis(20), TimerKind::Core, 1, 0);
+        w.insert(t0 + Duration::from_millis(1000), (7u32, 3u32));
+        w.insert(t0 + Duration::from_millis(20), (1, 0));
         assert_eq!(w.next_deadline(), Some(t0 + Duration::from_millis(20)));
         let mut due = Vec::new();
         w.expire(t0 + Duration::from_millis(500), &mut due);
-        assert_eq!(due.iter().map(|e| e.key).collect::<Vec<_>>(), [1]);
+        assert_eq!(due, [(1, 0)]);
         assert_eq!(w.next_deadline(), Some(t0 + Duration::from_millis(1000)));
         due.clear();
         w.expire(t0 + Duration::from_millis(1000), &mut due);
-        assert_eq!((due[0].key, due[0].generation), (7, 3));
+        assert_eq!(due, [(7, 3)]);
     }
 
     #[test]
@@ -200,15 +198,32 @@ mod tests {
         let t0 = Instant::now();
         let ms = |n| t0 + Duration::from_millis(n);
         let mut w = Wheel::new(t0, Duration::from_millis(10), 16);
-        w.insert(ms(500), TimerKind::Core, 1, 0);
+        w.insert(ms(500), 1u32);
         assert_eq!(w.next_deadline(), Some(ms(500)));
-        w.insert(ms(200), TimerKind::Core, 2, 0);
+        w.insert(ms(200), 2);
         assert_eq!(w.next_deadline(), Some(ms(200)));
         let mut due = Vec::new();
         w.expire(ms(250), &mut due);
         assert_eq!(due.len(), 1);
         assert_eq!(w.next_deadline(), Some(ms(500)), "rescanned after the earliest fired");
-        w.insert(ms(300), TimerKind::Core, 3, 0);
+        w.insert(ms(300), 3);
         assert_eq!(w.next_deadline(), Some(ms(300)));
+    }
+
+    #[test]
+    fn an_armed_key_fires_once_at_its_earliest_arming() {
+        let t0 = Instant::now();
+        let ms = |n| t0 + Duration::from_millis(n);
+        let mut w = Wheel::new(t0, Duration::from_millis(10), 16);
+        w.arm(ms(500), 'c');
+        w.arm(ms(800), 'c'); // later: kept at 500
+        w.arm(ms(200), 'c'); // earlier: moved
+        let mut due = Vec::new();
+        w.expire(ms(1000), &mut due);
+        assert_eq!(due, ['c'], "one firing, whatever was left behind");
+        w.arm(ms(1500), 'c');
+        w.expire(ms(1500), &mut due);
+        assert_eq!(due, ['c', 'c'], "armed again once it fired");
+        assert_eq!(w.entries(), 0);
     }
 }

@@ -29,7 +29,10 @@ use rustls::{ClientConfig, ClientConnection};
 use slab::Slab;
 
 use crate::agent::io::{CallError, CallEvent, CallId};
-use crate::wheel::{TimerKind, Wheel};
+use crate::timer::{CallRef, TimerKey};
+use crate::wheel::Wheel;
+
+type Timers = Wheel<TimerKey>;
 use dns::{Lookup, Resolver};
 
 /// Tokens of upstream sockets: `BASE + slab key`.
@@ -124,7 +127,7 @@ impl HttpClient {
     }
 
     /// Starts a call: `request` is the whole HTTP/1.1 request. `no_body`: a HEAD request.
-    pub fn start(&mut self, registry: &Registry, wheel: &mut Wheel, id: CallId, request: Vec<u8>, now: Instant) {
+    pub fn start(&mut self, registry: &Registry, wheel: &mut Timers, id: CallId, request: Vec<u8>, now: Instant) {
         if self.calls.len() >= MAX_OPEN {
             self.events.push_back((id, CallEvent::Failed(CallError::Busy)));
             return;
@@ -161,7 +164,7 @@ impl HttpClient {
     }
 
     /// The waker fired: names may have resolved.
-    pub fn on_wake(&mut self, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    pub fn on_wake(&mut self, registry: &Registry, wheel: &mut Timers, now: Instant) {
         while let Some((host, port, result)) = self.resolver.poll_answer(now) {
             if host != self.target.host || port != self.target.port {
                 continue;
@@ -185,7 +188,8 @@ impl HttpClient {
     }
 
     /// A wheel entry of a call fired.
-    pub fn on_timer(&mut self, key: usize, generation: u32, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    pub fn on_timer(&mut self, call: CallRef, registry: &Registry, wheel: &mut Timers, now: Instant) {
+        let (key, generation) = (call.slot, call.generation);
         let Some(call) = self.calls.get_mut(key).filter(|c| c.generation == generation) else {
             return;
         };
@@ -205,7 +209,7 @@ impl HttpClient {
     }
 
     /// Readiness of a call's socket.
-    pub fn on_ready(&mut self, key: usize, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    pub fn on_ready(&mut self, key: usize, registry: &Registry, wheel: &mut Timers, now: Instant) {
         let Some(call) = self.calls.get_mut(key) else { return };
         let generation = call.generation;
         if call.phase == Phase::Connecting {
@@ -252,21 +256,27 @@ impl HttpClient {
     }
 
     /// Calls whose read budget ran out last turn.
-    pub fn read_again(&mut self, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    pub fn read_again(&mut self, registry: &Registry, wheel: &mut Timers, now: Instant) {
         for key in std::mem::take(&mut self.read_again) {
             self.read(key, registry, wheel, now);
         }
     }
 
-    fn arm(&mut self, key: usize, wheel: &mut Wheel) {
+    fn arm(&mut self, key: usize, wheel: &mut Timers) {
         let Some(call) = self.calls.get_mut(key) else { return };
         if call.timer_at.is_none_or(|at| call.deadline < at) {
             call.timer_at = Some(call.deadline);
-            wheel.insert(call.deadline, TimerKind::Upstream, key, call.generation);
+            wheel.insert(
+                call.deadline,
+                TimerKey::Call(CallRef {
+                    slot: key,
+                    generation: call.generation,
+                }),
+            );
         }
     }
 
-    fn connect(&mut self, key: usize, addrs: Vec<SocketAddr>, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    fn connect(&mut self, key: usize, addrs: Vec<SocketAddr>, registry: &Registry, wheel: &mut Timers, now: Instant) {
         let Some(call) = self.calls.get_mut(key) else { return };
         call.addrs = addrs;
         if let Some(at) = self.preferred.and_then(|p| call.addrs.iter().position(|a| *a == p)) {
@@ -277,7 +287,7 @@ impl HttpClient {
     }
 
     /// Tries the next address, or fails with the last error.
-    fn next_address(&mut self, key: usize, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    fn next_address(&mut self, key: usize, registry: &Registry, wheel: &mut Timers, now: Instant) {
         loop {
             let Some(call) = self.calls.get_mut(key) else { return };
             if let Some(mut old) = call.stream.take() {
@@ -339,7 +349,7 @@ impl HttpClient {
         result
     }
 
-    fn read(&mut self, key: usize, registry: &Registry, wheel: &mut Wheel, now: Instant) {
+    fn read(&mut self, key: usize, registry: &Registry, wheel: &mut Timers, now: Instant) {
         let mut buf = std::mem::take(&mut self.buf);
         let outcome = self.read_into(key, &mut buf, now);
         self.buf = buf;

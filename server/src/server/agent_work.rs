@@ -7,7 +7,7 @@ use std::time::Instant;
 use super::Server;
 use crate::agent::io::{AgentIo, LoadError};
 use crate::fileio::Ticket;
-use crate::wheel::Entry;
+use crate::timer::CallRef;
 
 type LoadResult = Result<Vec<u8>, LoadError>;
 
@@ -74,9 +74,9 @@ impl Server {
         }
     }
 
-    pub(super) fn on_upstream_timer(&mut self, entry: Entry, now: Instant) {
+    pub(super) fn on_upstream_timer(&mut self, call: CallRef, now: Instant) {
         if let Some(client) = self.http.as_mut() {
-            client.on_timer(entry.key, entry.generation, self.poll.registry(), &mut self.wheel, now);
+            client.on_timer(call, self.poll.registry(), &mut self.wheel, now);
         }
     }
 

@@ -12,7 +12,7 @@ use super::link_transports::{PeerHome, ReadEnd};
 use super::{LinkRead, Parked, Server};
 use crate::agent::io::PeerInput;
 use crate::fileio::Done;
-use crate::wheel::TimerKind;
+use crate::timer::TimerKey;
 
 impl Server {
     /// A core event on its way to the agent. A file or voice note is saved first (off the
@@ -87,14 +87,13 @@ impl Server {
                 return self.decide_close(key, 1008, "agent link closed", reason, now);
             }
             PeerHome::Child => {
-                let restart = self.shutdown_at.is_none();
-                self.link_transports
-                    .end_child(self.poll.registry(), now, reason, restart);
-                if let Some(at) = self.link_transports.restart_at {
-                    self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
+                let restart = !self.shutting_down;
+                let registry = self.poll.registry();
+                if let Some(delay) = self.link_transports.end_child(registry, now, reason, restart) {
+                    self.wheel.arm(now + delay, TimerKey::AgentRestart);
                 }
                 if let Some(at) = self.link_transports.reap(now) {
-                    self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
+                    self.wheel.arm(at, TimerKey::AgentReap);
                 }
             }
             PeerHome::Unix(key) => {
@@ -107,7 +106,6 @@ impl Server {
     }
 
     pub(super) fn start_child(&mut self, now: Instant) {
-        self.link_transports.restart_at = None;
         match self.link_transports.spawn(self.poll.registry(), now) {
             Ok(peer) => {
                 let opened = PeerInput::Opened {
@@ -118,9 +116,9 @@ impl Server {
             }
             Err(e) => {
                 log::error!("agent: cannot start the command: {e}");
-                let at = now + std::time::Duration::from_secs(5);
-                self.link_transports.restart_at = Some(at);
-                self.wheel.insert(at, TimerKind::AgentRestart, 0, 0);
+                self.link_transports.want_restart();
+                self.wheel
+                    .arm(now + std::time::Duration::from_secs(5), TimerKey::AgentRestart);
             }
         }
     }
@@ -134,7 +132,7 @@ impl Server {
             self.agent.handle_peer(self.time(now), opened);
             // A local peer that never says hello must not keep one of the few slots.
             let at = now + self.config.core.hello_timeout;
-            self.wheel.insert(at, TimerKind::AgentHello, peer.0 as usize, 0);
+            self.wheel.insert(at, TimerKey::AgentHello(peer));
             // Edge-triggered: its hello may already be waiting.
             if let Some(home) = self.link_transports.home(peer) {
                 self.read_link_peer(home, now);

@@ -181,7 +181,8 @@ pub struct LinkTransports {
     /// killed if they have not exited.
     exiting: Vec<(Child, Instant)>,
     restart_delay: Duration,
-    pub restart_at: Option<Instant>,
+    /// The child is to be started again when the restart timer fires.
+    restart_wanted: bool,
     socket_path: Option<PathBuf>,
     listener: Option<UnixListener>,
     unix: Slab<UnixPeer>,
@@ -196,7 +197,7 @@ impl LinkTransports {
             child: None,
             exiting: Vec::new(),
             restart_delay: FIRST_RESTART,
-            restart_at: None,
+            restart_wanted: false,
             socket_path: None,
             listener: None,
             unix: Slab::new(),
@@ -295,9 +296,10 @@ impl LinkTransports {
         self.child.as_ref().map(|c| c.io.peer)
     }
 
-    /// The child is gone or must go: it is told to stop, its pipes are dropped, and its
-    /// restart is scheduled (later the faster it died). Returns its peer.
-    pub fn end_child(&mut self, registry: &Registry, now: Instant, why: &str, restart: bool) -> Option<PeerId> {
+    /// The child is gone or must go: it is told to stop, its pipes are dropped, and, with
+    /// `restart`, it is to start again after a delay (longer the faster it died). Returns
+    /// the delay, for the restart timer.
+    pub fn end_child(&mut self, registry: &Registry, now: Instant, why: &str, restart: bool) -> Option<Duration> {
         let mut c = self.child.take()?;
         let _ = registry.deregister(&mut c.stdin);
         let _ = registry.deregister(&mut c.stdout);
@@ -314,11 +316,13 @@ impl LinkTransports {
         let peer = c.io.peer;
         self.homes.remove(&peer);
         let ran = now.saturating_duration_since(c.started);
+        let mut delay = None;
         if restart {
             if ran >= MAX_RESTART {
                 self.restart_delay = FIRST_RESTART;
             }
-            self.restart_at = Some(now + self.restart_delay);
+            self.restart_wanted = true;
+            delay = Some(self.restart_delay);
             log::warn!(
                 "agent: pid {} ended ({why}; {status}) after {:.1} s; restarting in {} s",
                 c.child.id(),
@@ -331,7 +335,17 @@ impl LinkTransports {
         }
         self.exiting.push((c.child, now + KILL_AFTER));
         self.reap(now);
-        Some(peer)
+        delay
+    }
+
+    /// The child is to be started again when the restart timer fires (its start failed).
+    pub fn want_restart(&mut self) {
+        self.restart_wanted = true;
+    }
+
+    /// Whether a restart is wanted; asking takes it.
+    pub fn take_restart(&mut self) -> bool {
+        std::mem::take(&mut self.restart_wanted)
     }
 
     /// Collects children that have exited (no zombies left behind) and kills the group of
@@ -570,7 +584,7 @@ impl LinkTransports {
         if let Some(path) = self.socket_path.take() {
             let _ = std::fs::remove_file(path);
         }
-        self.restart_at = None;
+        self.restart_wanted = false;
     }
 }
 

@@ -25,7 +25,8 @@ use crate::fileio::{FileWorker, Ticket};
 use crate::http::{self, Head, Route};
 use crate::http_client::{dns::Resolver, HttpClient, Target};
 use crate::signals::StopSignals;
-use crate::wheel::{Entry, TimerKind, Wheel};
+use crate::timer::{ConnRef, ConnTimer, TimerKey};
+use crate::wheel::Wheel;
 
 mod agent_work;
 mod link;
@@ -54,7 +55,8 @@ pub struct Server {
     local_addr: SocketAddr,
     /// The connections, and the one count of the bytes queued for them.
     conns: Connections,
-    wheel: Wheel,
+    /// Every deadline of the server (the core's earliest among them).
+    wheel: Wheel<TimerKey>,
     core: Gateway,
     agent: Agent,
     origin: Instant,
@@ -76,8 +78,6 @@ pub struct Server {
     link_paused: bool,
     /// Link peers (and the child's stderr) whose read budget ran out this turn.
     link_read_again: Vec<LinkRead>,
-    core_wake: Option<Instant>,
-    agent_wake: Option<Instant>,
     /// Slab keys to free once the current batch of events is handled (mio may still report
     /// a deregistered token in the same batch).
     dead: Vec<usize>,
@@ -89,14 +89,14 @@ pub struct Server {
     /// Connections whose peer closed in the same read as its last messages: ended after
     /// those messages' turns have run (issue 8 #4), not before.
     ended_after_drive: Vec<(usize, String)>,
-    due: Vec<Entry>,
-    shutdown_at: Option<Instant>,
+    due: Vec<TimerKey>,
+    /// SIGINT or SIGTERM was acted on: connections are closing; `TimerKey::Shutdown`
+    /// ends the grace period.
+    shutting_down: bool,
+    /// The grace period is over: the loop ends now, whatever is still open.
+    grace_over: bool,
     /// accept() is failing for lack of resources: warn once per streak, not every retry.
     accept_failing: bool,
-    /// An accept retry is on the wheel: one chain of retries in all, not one per event.
-    accept_retry_armed: bool,
-    /// A heap trim is on the wheel (`memory::trim`), armed when memory was let go.
-    trim_armed: bool,
     signals: StopSignals,
     /// SIGINT or SIGTERM arrived.
     stop_requested: bool,
@@ -117,6 +117,10 @@ enum Parked {
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
     ConnId((u64::from(generation) << 32) | key as u64)
+}
+
+fn conn_timer(key: usize, generation: u32, timer: ConnTimer) -> TimerKey {
+    TimerKey::Conn(ConnRef { key, generation }, timer)
 }
 
 fn split_id(id: ConnId) -> (usize, u32) {
@@ -203,18 +207,15 @@ impl Server {
             link_paused: false,
             link_read_again: Vec::new(),
             config,
-            core_wake: None,
-            agent_wake: None,
             dead: Vec::new(),
             touched: Vec::new(),
             incoming: Vec::new(),
             ended_after_drive: Vec::new(),
             read_again: Vec::new(),
             due: Vec::new(),
-            shutdown_at: None,
+            shutting_down: false,
+            grace_over: false,
             accept_failing: false,
-            accept_retry_armed: false,
-            trim_armed: false,
             signals,
             stop_requested: false,
         })
@@ -260,24 +261,18 @@ impl Server {
             self.start_child(Instant::now());
         }
         loop {
-            if self.stop_requested && self.shutdown_at.is_none() {
+            if self.stop_requested && !self.shutting_down {
                 self.begin_shutdown(Instant::now());
             }
-            if let Some(deadline) = self.shutdown_at {
-                if self.conns.is_empty() || Instant::now() >= deadline {
-                    self.link_transports.stop_children(SHUTDOWN_GRACE);
-                    log::info!("stopped");
-                    return Ok(());
-                }
+            if self.shutting_down && (self.conns.is_empty() || self.grace_over) {
+                self.link_transports.stop_children(SHUTDOWN_GRACE);
+                log::info!("stopped");
+                return Ok(());
             }
             let mut timeout = self
                 .wheel
                 .next_deadline()
                 .map(|d| d.saturating_duration_since(Instant::now()));
-            if let Some(deadline) = self.shutdown_at {
-                let left = deadline.saturating_duration_since(Instant::now());
-                timeout = Some(timeout.map_or(left, |t| t.min(left)));
-            }
             let upstream_again = self.http.as_ref().is_some_and(HttpClient::wants_read_again);
             if !self.read_again.is_empty() || !self.link_read_again.is_empty() || upstream_again {
                 timeout = Some(Duration::ZERO);
@@ -351,11 +346,7 @@ impl Server {
                         log::warn!("accept failed: {e}; retrying every 100 ms until it works");
                     }
                     self.accept_failing = true;
-                    if !self.accept_retry_armed {
-                        self.accept_retry_armed = true;
-                        self.wheel
-                            .insert(now + Duration::from_millis(100), TimerKind::AcceptRetry, 0, 0);
-                    }
+                    self.wheel.arm(now + Duration::from_millis(100), TimerKey::AcceptRetry);
                     return;
                 }
             }
@@ -389,9 +380,7 @@ impl Server {
         // decisions H7: the request head and the upgrade are inside the hello timeout.
         self.wheel.insert(
             now + self.config.core.hello_timeout,
-            TimerKind::HttpHead,
-            key,
-            generation,
+            conn_timer(key, generation, ConnTimer::Hello),
         );
         log::debug!("conn {key}: accepted from {peer}");
         // Edge-triggered: the request may already be waiting.
@@ -426,7 +415,7 @@ impl Server {
         };
         let leftover = head.get(len..).unwrap_or_default().to_vec();
         let (out, upgrade) = match route {
-            Route::Upgrade { .. } if self.shutdown_at.is_some() => (
+            Route::Upgrade { .. } if self.shutting_down => (
                 http::response("503 Service Unavailable", "text/plain", "shutting down\n", ""),
                 None,
             ),
@@ -511,7 +500,8 @@ impl Server {
         let Some((leftover, forwarded, agent)) = upgrade else {
             conn.start_drain();
             let generation = conn.generation;
-            self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
+            self.wheel
+                .insert(now + LINGER, conn_timer(key, generation, ConnTimer::Drain));
             return self.on_io(key, now);
         };
         conn.upgrade(leftover);
@@ -528,8 +518,10 @@ impl Server {
                 needs_token: true,
             };
             self.agent.handle_peer(self.time(now), opened);
-            self.wheel
-                .insert(now + self.config.keepalive, TimerKind::KeepAlive, key, generation);
+            self.wheel.insert(
+                now + self.config.keepalive,
+                conn_timer(key, generation, ConnTimer::KeepAlive),
+            );
             return self.on_ws(key, now);
         }
         conn.in_core = true;
@@ -543,8 +535,10 @@ impl Server {
         let accepted = self.time(accepted_at);
         self.core
             .handle_open(accepted, conn_id(key, generation), Peer { loopback, forwarded });
-        self.wheel
-            .insert(now + self.config.keepalive, TimerKind::KeepAlive, key, generation);
+        self.wheel.insert(
+            now + self.config.keepalive,
+            conn_timer(key, generation, ConnTimer::KeepAlive),
+        );
         // A client may have sent its first frames right behind the upgrade request.
         self.on_ws(key, now);
     }
@@ -661,16 +655,10 @@ impl Server {
         }
         self.touched = touched;
         if let Some(at) = self.core.poll_timeout().map(|t| self.instant(t)) {
-            if self.core_wake.is_none_or(|w| at < w) {
-                self.core_wake = Some(at);
-                self.wheel.insert(at, TimerKind::Core, 0, 0);
-            }
+            self.wheel.arm(at, TimerKey::Core);
         }
         if let Some(at) = self.agent.poll_timeout().map(|t| self.instant(t)) {
-            if self.agent_wake.is_none_or(|w| at < w) {
-                self.agent_wake = Some(at);
-                self.wheel.insert(at, TimerKind::Agent, 0, 0);
-            }
+            self.wheel.arm(at, TimerKey::Agent);
         }
     }
 
@@ -710,8 +698,10 @@ impl Server {
         if !conn.closing && conn.close_after.is_none() {
             conn.close_after = Some((code, reason.to_owned()));
         }
-        self.wheel
-            .insert(now + CLOSE_DEADLINE, TimerKind::Linger, key, conn.generation);
+        self.wheel.insert(
+            now + CLOSE_DEADLINE,
+            conn_timer(key, conn.generation, ConnTimer::CloseBy),
+        );
         self.touched.push(key);
     }
 
@@ -740,7 +730,8 @@ impl Server {
             return self.kill(key, "client too slow: frames not read");
         }
         if now_closing {
-            self.wheel.insert(now + LINGER, TimerKind::Linger, key, generation);
+            self.wheel
+                .insert(now + LINGER, conn_timer(key, generation, ConnTimer::CloseBy));
         }
         // L36: frames queued for all clients together stay within the memory budget's share;
         // past it, the client with the most unread goes first.
@@ -786,9 +777,6 @@ impl Server {
     /// Arms one heap trim `TRIM_DELAY` from now unless one is armed: a burst of ends gets
     /// one trim after it, and an idle server none.
     fn schedule_trim(&mut self, now: Instant) {
-        if !self.trim_armed {
-            self.trim_armed = true;
-            self.wheel.insert(now + TRIM_DELAY, TimerKind::Trim, 0, 0);
-        }
+        self.wheel.arm(now + TRIM_DELAY, TimerKey::Trim);
     }
 }

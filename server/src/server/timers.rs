@@ -1,122 +1,103 @@
 //! Timers of the event loop and graceful shutdown.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::{conn_id, Server, SHUTDOWN_GRACE};
+use super::{conn_id, conn_timer, Server, SHUTDOWN_GRACE};
 use crate::conn::Phase;
-use crate::wheel::{Entry, TimerKind};
+use crate::timer::{keep_alive, ConnRef, ConnTimer, KeepAlive, TimerKey};
 
 impl Server {
     pub(super) fn fire_timers(&mut self, now: Instant) {
         let mut due = std::mem::take(&mut self.due);
         self.wheel.expire(now, &mut due);
-        for entry in due.drain(..) {
-            self.on_timer(entry, now);
+        for key in due.drain(..) {
+            self.on_timer(key, now);
         }
         self.due = due;
     }
 
-    fn on_timer(&mut self, entry: Entry, now: Instant) {
+    fn on_timer(&mut self, key: TimerKey, now: Instant) {
         let t = self.time(now);
-        match entry.kind {
-            TimerKind::Core => {
-                self.core_wake = None;
+        match key {
+            TimerKey::Core => {
                 self.core.handle_timeout(t);
                 // Its timeouts expire held output, dedup entries and cards: memory let go.
                 self.schedule_trim(now);
             }
-            TimerKind::Agent => {
-                self.agent_wake = None;
-                self.agent.handle_timeout(t);
-            }
-            TimerKind::AgentRestart => {
-                let due = self.link_transports.restart_at.is_some_and(|at| at <= now);
-                if due && self.shutdown_at.is_none() {
+            TimerKey::Agent => self.agent.handle_timeout(t),
+            TimerKey::AgentRestart => {
+                if self.link_transports.take_restart() && !self.shutting_down {
                     self.start_child(now);
                 }
             }
-            TimerKind::AgentReap => {
+            TimerKey::AgentReap => {
                 if let Some(at) = self.link_transports.reap(now) {
-                    self.wheel.insert(at, TimerKind::AgentReap, 0, 0);
+                    self.wheel.arm(at, TimerKey::AgentReap);
                 }
             }
-            TimerKind::AgentHello => {
-                self.agent_hello_due(hermes_mobile::agent_link::PeerId(entry.key as u64), now);
-            }
-            TimerKind::Upstream => self.on_upstream_timer(entry, now),
-            TimerKind::Trim => {
-                self.trim_armed = false;
-                crate::memory::trim();
-            }
-            TimerKind::AcceptRetry => {
-                self.accept_retry_armed = false;
-                self.accept_all(now)
-            }
-            kind => {
-                let Some(conn) = self.conns.live(entry.key, entry.generation) else {
-                    return; // lazily cancelled: the connection is gone
-                };
-                match kind {
-                    TimerKind::HttpHead
-                        if matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)) =>
-                    {
-                        self.kill(entry.key, "no complete request within the hello timeout")
-                    }
-                    TimerKind::HttpHead if conn.agent_peer().is_some() && conn.device.is_none() => {
-                        self.kill(entry.key, "no agent hello within the hello timeout")
-                    }
-                    TimerKind::KeepAlive => self.keep_alive(entry.key, now),
-                    TimerKind::Linger if conn.closing || conn.close_after.is_some() => {
-                        // decisions L28: dropped, whatever is still queued.
-                        let why = conn.reason.take().unwrap_or_else(|| "closing".into());
-                        conn.reason = Some(format!("{why}; close did not finish in time"));
-                        self.kill(entry.key, "close did not finish in time")
-                    }
-                    TimerKind::Linger if matches!(conn.phase, Phase::Drain(_)) => {
-                        self.kill(entry.key, "http response sent")
-                    }
-                    _ => {}
-                }
-            }
+            TimerKey::AgentHello(peer) => self.agent_hello_due(peer, now),
+            TimerKey::Call(call) => self.on_upstream_timer(call, now),
+            TimerKey::Trim => crate::memory::trim(),
+            TimerKey::AcceptRetry => self.accept_all(now),
+            TimerKey::Shutdown => self.grace_over = true,
+            TimerKey::Conn(conn, timer) => self.on_conn_timer(conn, timer, now),
         }
     }
 
-    /// decisions K2: ping after `keepalive` of quiet; close 1001 after three times that.
+    fn on_conn_timer(&mut self, at: ConnRef, timer: ConnTimer, now: Instant) {
+        let Some(conn) = self.conns.live(at.key, at.generation) else {
+            return; // lazily cancelled: the connection is gone
+        };
+        let in_http = matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_));
+        match timer {
+            ConnTimer::Hello if in_http => self.kill(at.key, "no complete request within the hello timeout"),
+            ConnTimer::Hello if conn.agent_peer().is_some() && conn.device.is_none() => {
+                self.kill(at.key, "no agent hello within the hello timeout")
+            }
+            ConnTimer::KeepAlive => self.keep_alive(at.key, now),
+            ConnTimer::CloseBy if conn.closing || conn.close_after.is_some() => {
+                // decisions L28: dropped, whatever is still queued.
+                let why = conn.reason.take().unwrap_or_else(|| "closing".into());
+                conn.reason = Some(format!("{why}; close did not finish in time"));
+                self.kill(at.key, "close did not finish in time")
+            }
+            ConnTimer::Drain if matches!(conn.phase, Phase::Drain(_)) => self.kill(at.key, "http response sent"),
+            _ => {}
+        }
+    }
+
+    /// decisions K2 (`timer::keep_alive`): ping after `keepalive` of quiet; close 1001
+    /// after three times that.
     fn keep_alive(&mut self, key: usize, now: Instant) {
         let keepalive = self.config.keepalive;
         let Some(conn) = self.conns.get_mut(key) else { return };
         if conn.closing || conn.close_after.is_some() {
             return;
         }
-        let quiet = now.saturating_duration_since(conn.last_rx);
         let generation = conn.generation;
-        if quiet >= keepalive * 3 {
-            conn.in_core = false;
-            self.core.handle_close(self.time(now), conn_id(key, generation));
-            return self.decide_close(key, 1001, "idle", "silent too long", now);
-        }
-        if quiet >= keepalive && !conn.pinged {
-            conn.pinged = true;
-            if let Err(reason) = conn.ping() {
-                return self.kill(key, &reason);
+        let next = match keep_alive(now, conn.last_rx, conn.pinged, keepalive) {
+            KeepAlive::Close => {
+                conn.in_core = false;
+                self.core.handle_close(self.time(now), conn_id(key, generation));
+                return self.decide_close(key, 1001, "idle", "silent too long", now);
             }
-        }
-        let next = if quiet < keepalive {
-            conn.last_rx + keepalive
-        } else {
-            conn.last_rx + keepalive * 3
+            KeepAlive::Ping(next) => {
+                conn.pinged = true;
+                if let Err(reason) = conn.ping() {
+                    return self.kill(key, &reason);
+                }
+                next
+            }
+            KeepAlive::Wait(next) => next,
         };
-        self.wheel.insert(
-            next.max(now + Duration::from_millis(10)),
-            TimerKind::KeepAlive,
-            key,
-            generation,
-        );
+        self.wheel
+            .insert(next, conn_timer(key, generation, ConnTimer::KeepAlive));
     }
 
     pub(super) fn begin_shutdown(&mut self, now: Instant) {
         log::info!("shutting down: closing {} connections", self.conns.len());
-        self.shutdown_at = Some(now + SHUTDOWN_GRACE);
+        self.shutting_down = true;
+        self.wheel.arm(now + SHUTDOWN_GRACE, TimerKey::Shutdown);
         if let Some(mut listener) = self.listener.take() {
             let _ = self.poll.registry().deregister(&mut listener);
         }
