@@ -434,6 +434,31 @@ async def check_slash_new(w, phone):
     return f"answered: {msg['text'][:60]!r}"
 
 
+async def check_new_answers(w, phone):
+    """What Hermes 0.19 answers to /new, as docs/hermes.md section 5 says: a
+    slash_confirm card; "🟡 /new cancelled. Conversation unchanged." on cancel;
+    "✨ Session reset! Starting fresh." (or "✨ New session started!" when there was no
+    conversation yet) and the model's details on once."""
+    answers = {}
+    for option in ("cancel", "once"):
+        mark = phone.mark()
+        await phone.text("/new")
+        card = await phone.wait_for(lambda: phone.prompt_since(mark, "slash_confirm"), TURN, "a slash_confirm card")
+        assert card["text"].startswith("⚠️ **Confirm /new**"), card["text"]
+        await phone.wait_for(lambda: any(f.get("stop") for f in phone.since(mark, "typing")), 15,
+                             "the /new turn to end")
+        after = phone.mark()
+        await phone.answer(card["id"], option)
+        msg = await phone.wait_for(lambda: next((m for _, m in phone.final_messages_since(after)), None), 30,
+                                   f"Hermes' answer to /new answered {option}")
+        answers[option] = msg["text"]
+        await phone.wait_for(phone.turn_over, 30, "the answer's turn to end")
+    assert answers["cancel"] == "🟡 /new cancelled. Conversation unchanged.", answers["cancel"]
+    assert answers["once"].startswith(("✨ Session reset! Starting fresh.", "✨ New session started!")) \
+        and "◆ Model:" in answers["once"], answers["once"]
+    return f"card {card['text'][:60]!r}…; once: {answers['once'].splitlines()[0]!r}"
+
+
 async def check_image_out(w, phone):
     pic = w.work / "chart.png"
     data = make_png(pic)
@@ -744,6 +769,7 @@ CHECKS = [
     ("clarify without choices (a plain question)", check_clarify_open),
     ("/new cancelled through a slash_confirm card", check_slash_cancel),
     ("/new through a slash_confirm card", check_slash_new),
+    ("what Hermes answers to /new", check_new_answers),
     ("image from the agent as media", check_image_out),
     ("a file over 8 MiB from the agent becomes a note", check_big_file_out),
     ("phone upload reaches the model as a saved path", check_upload),
