@@ -12,13 +12,16 @@ use std::net::SocketAddr;
 use std::time::Instant;
 
 use mio::net::TcpStream;
-use tungstenite::protocol::{frame::coding::CloseCode, CloseFrame, Role, WebSocketConfig};
+use tungstenite::protocol::{frame::coding::CloseCode, CloseFrame, Role as WsRole, WebSocketConfig};
 use tungstenite::{Message, WebSocket};
 
 use crate::http::MAX_HEAD_BYTES;
+use crate::timer::KeepAlive;
 
+mod lifecycle;
 mod table;
 
+pub use lifecycle::Lifecycle;
 pub use table::Connections;
 
 /// Bytes of small frames gathered before tungstenite writes them out.
@@ -98,37 +101,51 @@ pub enum Phase {
     Dead,
 }
 
+/// Who is at the other end. It decides how much is read per turn (L35) and where
+/// messages go: nothing here is only for logs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// A plain HTTP request (a page, `/healthz`), or a WebSocket not yet handed on.
+    Http,
+    /// A phone or a service, speaking Protocol v1 to the core. `device`: once its hello
+    /// was accepted; until then messages are capped at `MAX_PRE_HELLO_FRAME_BYTES` and read
+    /// one per loop turn, so that the core sees the hello (and the cap is raised) before
+    /// anything behind it is read (L35). `in_core`: the core knows the connection.
+    Phone { device: Option<String>, in_core: bool },
+    /// An agent on `/agent`: its peer on the agent link (the core never sees it), and
+    /// whether its hello was accepted (the same L35 caps until then).
+    Agent {
+        peer: hermes_mobile::agent_link::PeerId,
+        hello: bool,
+    },
+}
+
 pub struct Conn {
     pub generation: u32,
     pub peer: SocketAddr,
     pub accepted_at: Instant,
-    pub phase: Phase,
+    /// Where the socket is: HTTP head, response, drain, WebSocket, dead. Changed only by
+    /// this module's methods.
+    phase: Phase,
+    /// Who is at the other end. Changed only here and by [`Connections::make_agent_peer`]
+    /// (an agent's outbox counts apart from the phones').
+    role: Role,
+    /// The WebSocket's open/closing/close-sent state and its deadline.
+    life: Lifecycle,
     /// Frames for the peer not yet handed to tungstenite. Private: only [`Connections`]
     /// queues and pumps, so that its totals stay the sums of these (issue 17).
     outbox: VecDeque<String>,
     outbox_bytes: usize,
-    /// tungstenite holds a frame it could not write yet: wait for writable.
-    pub blocked: bool,
-    /// Close with this once the outbox has drained (the core has forgotten the connection).
-    pub close_after: Option<(u16, String)>,
-    /// Our close frame is out; waiting for the peer's.
-    pub closing: bool,
-    /// tungstenite refused an oversized message (G7); after that its reader must not be used
-    /// again, so incoming bytes are discarded raw until the peer goes.
-    pub poisoned: bool,
-    /// Whether the core knows this connection.
-    pub in_core: bool,
-    pub last_rx: Instant,
-    pub pinged: bool,
-    /// The device, once authenticated (for logs). Until then messages are capped at
-    /// `MAX_PRE_HELLO_FRAME_BYTES` and read one per loop turn, so that the core sees the
-    /// hello (and the cap is raised) before anything behind it is read (L35).
-    pub device: Option<String>,
+    /// The writer's own state: tungstenite holds a frame it could not write yet, so
+    /// nothing more is written until the socket is writable (kept apart from `life`: a
+    /// socket can be full in any state).
+    blocked: bool,
+    /// The reader's own state: tungstenite refused an oversized message (G7); after that
+    /// its reader must not be used again, so incoming bytes are discarded raw until the
+    /// peer goes.
+    poisoned: bool,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
-    /// An `/agent` WebSocket: its peer on the agent link (the core never sees it). Set only
-    /// through [`Connections::make_agent_peer`]: its outbox counts apart from the phones'.
-    agent_peer: Option<hermes_mobile::agent_link::PeerId>,
 }
 
 /// How a read ended, when it did not fail.
@@ -158,19 +175,118 @@ impl Conn {
                 stream,
                 head: Vec::new(),
             },
+            role: Role::Http,
+            life: Lifecycle::open(now),
             outbox: VecDeque::new(),
             outbox_bytes: 0,
             blocked: false,
-            close_after: None,
-            closing: false,
             poisoned: false,
-            in_core: false,
-            last_rx: now,
-            pinged: false,
-            device: None,
             reason: None,
-            agent_peer: None,
         }
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    /// The request head is read: answer it with `out`, then close (a plain response) or
+    /// upgrade (`upgrade`: the bytes read past the head, whether via a proxy, whether for
+    /// `/agent`).
+    pub fn respond(&mut self, out: Vec<u8>, upgrade: Option<(Vec<u8>, bool, bool)>) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        if let Phase::Http { stream, .. } = phase {
+            self.phase = Phase::Respond {
+                stream,
+                out,
+                written: 0,
+                upgrade,
+            };
+        }
+    }
+
+    /// The upgrade the written response was for, if any (asked once).
+    pub fn take_upgrade(&mut self) -> Option<(Vec<u8>, bool, bool)> {
+        match &mut self.phase {
+            Phase::Respond { upgrade, .. } => upgrade.take(),
+            _ => None,
+        }
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    pub fn life(&self) -> &Lifecycle {
+        &self.life
+    }
+
+    /// The WebSocket is a phone's, for the core.
+    pub fn open_phone(&mut self) {
+        self.role = Role::Phone {
+            device: None,
+            in_core: true,
+        };
+    }
+
+    /// Whether the core knows this connection.
+    pub fn in_core(&self) -> bool {
+        matches!(self.role, Role::Phone { in_core: true, .. })
+    }
+
+    /// The core forgets the connection (it closed it, or the server does); whether it
+    /// knew it until now.
+    pub fn leave_core(&mut self) -> bool {
+        match &mut self.role {
+            Role::Phone { in_core, .. } => std::mem::take(in_core),
+            _ => false,
+        }
+    }
+
+    /// The core accepted the phone's `hello` as `device`.
+    pub fn phone_authenticated(&mut self, device: String) {
+        if let Role::Phone { device: d, .. } = &mut self.role {
+            *d = Some(device);
+        }
+        self.raise_limits();
+    }
+
+    /// The link accepted the `/agent` peer's `hello`.
+    pub fn agent_authenticated(&mut self) {
+        if let Role::Agent { hello, .. } = &mut self.role {
+            *hello = true;
+        }
+        self.raise_limits();
+    }
+
+    /// A hello was accepted: a phone's device or an agent.
+    pub fn authenticated(&self) -> bool {
+        matches!(
+            self.role,
+            Role::Phone { device: Some(_), .. } | Role::Agent { hello: true, .. }
+        )
+    }
+
+    /// Who it is for the close log line: the device, "agent", or nobody yet.
+    pub fn who(&self) -> Option<&str> {
+        match &self.role {
+            Role::Phone { device, .. } => device.as_deref(),
+            Role::Agent { hello: true, .. } => Some("agent"),
+            _ => None,
+        }
+    }
+
+    /// A close is decided (see [`Lifecycle::decide_close`]); its deadline.
+    pub fn decide_close(&mut self, code: u16, reason: &str, now: Instant) -> Instant {
+        self.life.decide_close(code, reason, now)
+    }
+
+    /// K2 for an open connection: a ping asked for is sent here. `Err` ends it.
+    pub fn keep_alive(&mut self, now: Instant, keepalive: std::time::Duration) -> Result<Option<KeepAlive>, String> {
+        let due = self.life.keep_alive(now, keepalive);
+        if let Some(KeepAlive::Ping(_)) = due {
+            self.ping()?;
+        }
+        Ok(due)
     }
 
     /// Bytes of frames queued for the peer and not yet handed to tungstenite.
@@ -180,7 +296,10 @@ impl Conn {
 
     /// The agent-link peer this `/agent` connection carries.
     pub fn agent_peer(&self) -> Option<hermes_mobile::agent_link::PeerId> {
-        self.agent_peer
+        match self.role {
+            Role::Agent { peer, .. } => Some(peer),
+            _ => None,
+        }
     }
 
     pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
@@ -249,18 +368,21 @@ impl Conn {
         discard_input(stream).unwrap_or(Discarded::Closed)
     }
 
-    /// Switches to WebSocket with the bytes already read past the head.
-    pub fn upgrade(&mut self, leftover: Vec<u8>) {
+    /// Switches to WebSocket with the bytes already read past the head; it is open from `now`.
+    pub fn upgrade(&mut self, leftover: Vec<u8>, now: Instant) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
         if let Phase::Respond { stream, .. } = phase {
-            let ws = WebSocket::from_partially_read(stream, leftover, Role::Server, Some(ws_config()));
+            let ws = WebSocket::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config()));
             self.phase = Phase::Ws(Box::new(ws));
+            self.life = Lifecycle::open(now);
         }
     }
 
     /// Reads whole messages, up to [`READ_BUDGET`]. `Err` ends the connection (closed or
     /// broken).
     pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<Drained, String> {
+        // Control frames count too: a flood of pings is work as well.
+        let budget = if self.authenticated() { READ_BUDGET } else { 1 };
         let Phase::Ws(ws) = &mut self.phase else {
             return Ok(Drained::All);
         };
@@ -272,8 +394,6 @@ impl Conn {
                 Err(e) => Err(format!("read failed: {e}")),
             };
         }
-        // Control frames count too: a flood of pings is work as well.
-        let budget = if self.device.is_some() { READ_BUDGET } else { 1 };
         let (mut read, mut bytes) = (0, 0);
         loop {
             if read >= budget || bytes >= READ_BYTES_BUDGET {
@@ -284,8 +404,7 @@ impl Conn {
             match ws.read() {
                 Ok(msg) => {
                     bytes += msg.len();
-                    self.last_rx = now;
-                    self.pinged = false;
+                    self.life.heard(now);
                     match msg {
                         Message::Text(t) => into.push(Incoming::Message(t.into())),
                         Message::Binary(b) => into.push(Incoming::Message(b)),
@@ -324,13 +443,13 @@ impl Conn {
 
     /// Hands queued frames to tungstenite while it keeps up, then the close frame if one is
     /// due. `Err` ends the connection.
-    fn pump(&mut self) -> Result<(), String> {
+    fn pump(&mut self, now: Instant) -> Result<(), String> {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
         if self.blocked {
             match ws.flush() {
                 Ok(()) => {
                     self.blocked = false;
-                    if self.closing && self.poisoned {
+                    if self.life.close_sent() && self.poisoned {
                         // No close reply can be read any more: end our side after the close frame.
                         let _ = ws.get_mut().shutdown(std::net::Shutdown::Write);
                     }
@@ -342,7 +461,7 @@ impl Conn {
         let mut wrote = false;
         while let Some(frame) = self.outbox.pop_front() {
             self.outbox_bytes -= frame.len();
-            if self.closing {
+            if self.life.close_sent() {
                 continue;
             }
             wrote = true;
@@ -367,8 +486,7 @@ impl Conn {
                 Err(e) => return Err(format!("write failed: {e}")),
             }
         }
-        if let Some((code, reason)) = self.close_after.take() {
-            self.closing = true;
+        if let Some((code, reason)) = self.life.take_close_frame(now) {
             let frame = CloseFrame {
                 code: CloseCode::from(code),
                 reason: reason.into(),
@@ -385,8 +503,8 @@ impl Conn {
         Ok(())
     }
 
-    /// The core accepted the `hello`: messages up to `MAX_FRAME_BYTES` from now on (L35).
-    pub fn authenticated(&mut self) {
+    /// A hello was accepted: messages up to `MAX_FRAME_BYTES` from now on (L35).
+    fn raise_limits(&mut self) {
         if let Phase::Ws(ws) = &mut self.phase {
             let max = hermes_mobile::limits::MAX_FRAME_BYTES;
             ws.set_config(|c| {
@@ -397,9 +515,9 @@ impl Conn {
     }
 
     /// Sends a WebSocket ping (decisions K2).
-    pub fn ping(&mut self) -> Result<(), String> {
+    fn ping(&mut self) -> Result<(), String> {
         let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
-        if self.blocked || self.closing {
+        if self.blocked || self.life.close_sent() {
             return Ok(());
         }
         match ws.write(Message::Ping(Vec::new().into())).and_then(|()| ws.flush()) {

@@ -99,13 +99,14 @@ impl Connections {
         conn.queue(frame);
     }
 
-    /// Hands what is queued for `key` to its socket (see `Conn::pump`).
-    pub fn pump(&mut self, key: usize) -> Result<(), String> {
+    /// Hands what is queued for `key` to its socket (see `Conn::pump`), then the close
+    /// frame if one is due.
+    pub fn pump(&mut self, key: usize, now: Instant) -> Result<(), String> {
         let Some(conn) = self.slab.get_mut(key) else {
             return Ok(());
         };
         let before = conn.outbox_bytes;
-        let result = conn.pump();
+        let result = conn.pump(now);
         *total(&mut self.phones, &mut self.agents, conn) -= before - conn.outbox_bytes;
         result
     }
@@ -116,7 +117,7 @@ impl Connections {
         let Some(conn) = self.slab.get_mut(key) else { return };
         let bytes = conn.outbox_bytes;
         *total(&mut self.phones, &mut self.agents, conn) -= bytes;
-        conn.agent_peer = Some(peer);
+        conn.role = super::Role::Agent { peer, hello: false };
         *total(&mut self.phones, &mut self.agents, conn) += bytes;
     }
 
@@ -152,7 +153,7 @@ impl Connections {
         }
         self.slab
             .iter()
-            .filter(|(_, c)| c.outbox_bytes > 0 && c.agent_peer.is_none())
+            .filter(|(_, c)| c.outbox_bytes > 0 && c.agent_peer().is_none())
             .max_by_key(|(_, c)| c.outbox_bytes)
             .map(|(key, _)| key)
     }
@@ -160,7 +161,7 @@ impl Connections {
 
 /// The total that `conn`'s outbox counts in.
 fn total<'a>(phones: &'a mut usize, agents: &'a mut usize, conn: &Conn) -> &'a mut usize {
-    if conn.agent_peer.is_some() {
+    if conn.agent_peer().is_some() {
         agents
     } else {
         phones
@@ -172,7 +173,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::io::Read;
-    use tungstenite::protocol::Role;
+    use tungstenite::protocol::Role as WsRole;
     use tungstenite::WebSocket;
 
     /// A WebSocket connection over loopback with small socket buffers, so that writes
@@ -191,7 +192,7 @@ mod tests {
         let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead) else {
             unreachable!("a new connection reads its head")
         };
-        let ws = WebSocket::from_raw_socket(stream, Role::Server, Some(super::super::ws_config()));
+        let ws = WebSocket::from_raw_socket(stream, WsRole::Server, Some(super::super::ws_config()));
         conn.phase = Phase::Ws(Box::new(ws));
         (key, client)
     }
@@ -235,7 +236,7 @@ mod tests {
         for (_, c) in conns.slab.iter() {
             let sum: usize = c.outbox.iter().map(String::len).sum();
             assert_eq!(sum, c.outbox_bytes, "a connection's own count is its frames' bytes");
-            if c.agent_peer.is_some() {
+            if c.agent_peer().is_some() {
                 agents += sum;
             } else {
                 phones += sum;
@@ -259,7 +260,7 @@ mod tests {
                 match op {
                     Op::Queue(c, n) => conns.queue(clients[c].0, "x".repeat(n)),
                     Op::Pump(c) => {
-                        let _ = conns.pump(clients[c].0);
+                        let _ = conns.pump(clients[c].0, Instant::now());
                     }
                     Op::PeerReads(c) => {
                         let mut sink = [0u8; 65536];

@@ -37,10 +37,8 @@ use link_transports::{LinkTransports, PeerHome};
 
 const LISTENER: Token = Token(usize::MAX - 1);
 const SIGNALS: Token = Token(usize::MAX - 2);
-const LINGER: Duration = Duration::from_secs(2);
-/// How long a connection may take to go once its close is decided, whatever it still has
-/// queued or however it stalls its reads: after this the socket is dropped (issue 8 #1).
-const CLOSE_DEADLINE: Duration = Duration::from_secs(5);
+/// How long a plain response's socket may stay open for the peer to read it and go.
+const DRAIN_LINGER: Duration = Duration::from_secs(2);
 /// How long after memory was let go the heap is trimmed: long enough for a burst to end,
 /// short enough that RSS is back down soon after (issue 8: 30 s after the abuse).
 const TRIM_DELAY: Duration = Duration::from_secs(10);
@@ -389,7 +387,7 @@ impl Server {
 
     fn on_io(&mut self, key: usize, now: Instant) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        match conn.phase {
+        match conn.phase() {
             Phase::Http { .. } => self.on_http(key, now),
             Phase::Respond { .. } => self.on_respond(key, now),
             Phase::Ws(_) => self.on_ws(key, now),
@@ -409,7 +407,7 @@ impl Server {
             Ok(false) => return self.kill(key, "closed before the request was complete"),
             Err(e) => return self.kill(key, &format!("read failed: {e}")),
         }
-        let Phase::Http { head, .. } = &conn.phase else { return };
+        let Phase::Http { head, .. } = conn.phase() else { return };
         let Head::Complete { route, len, path } = http::parse(head) else {
             return;
         };
@@ -474,15 +472,7 @@ impl Server {
             status.trim_start_matches("HTTP/1.1 ").trim_end()
         );
         let Some(conn) = self.conns.get_mut(key) else { return };
-        let phase = std::mem::replace(&mut conn.phase, Phase::Dead);
-        if let Phase::Http { stream, .. } = phase {
-            conn.phase = Phase::Respond {
-                stream,
-                out,
-                written: 0,
-                upgrade,
-            };
-        }
+        conn.respond(out, upgrade);
         self.on_respond(key, now);
     }
 
@@ -493,19 +483,14 @@ impl Server {
             Ok(false) => return,
             Err(e) => return self.kill(key, &format!("write failed: {e}")),
         }
-        let upgrade = match &mut conn.phase {
-            Phase::Respond { upgrade, .. } => upgrade.take(),
-            _ => None,
-        };
-        let Some((leftover, forwarded, agent)) = upgrade else {
+        let Some((leftover, forwarded, agent)) = conn.take_upgrade() else {
             conn.start_drain();
             let generation = conn.generation;
             self.wheel
-                .insert(now + LINGER, conn_timer(key, generation, ConnTimer::Drain));
+                .insert(now + DRAIN_LINGER, conn_timer(key, generation, ConnTimer::Drain));
             return self.on_io(key, now);
         };
-        conn.upgrade(leftover);
-        conn.last_rx = now;
+        conn.upgrade(leftover, now);
         let (generation, peer, accepted_at) = (conn.generation, conn.peer, conn.accepted_at);
         if agent {
             // An agent over the network: the link, not the core, speaks with it; its
@@ -524,7 +509,7 @@ impl Server {
             );
             return self.on_ws(key, now);
         }
-        conn.in_core = true;
+        conn.open_phone();
         let loopback = peer.ip().is_loopback()
             || matches!(peer.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
         log::info!(
@@ -550,7 +535,7 @@ impl Server {
         }
         let t = self.time(now);
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if conn.agent_peer().is_some() && !conn.closing && conn.close_after.is_none() {
+        if conn.agent_peer().is_some() && !conn.life().is_closing() {
             // Lines behind a command's file wait in the socket, not in memory (L42).
             if !self.agent.wants_lines() {
                 self.link_paused = true;
@@ -560,10 +545,10 @@ impl Server {
         let Some(conn) = self.conns.get_mut(key) else { return };
         let mut incoming = std::mem::take(&mut self.incoming);
         let read = conn.read_ws(now, &mut incoming);
-        let (id, in_core) = (conn_id(key, conn.generation), conn.in_core);
+        let (id, in_core) = (conn_id(key, conn.generation), conn.in_core());
         let mut too_big = false;
         if let Some(peer) = conn.agent_peer() {
-            let authenticated = conn.device.is_some();
+            let authenticated = conn.authenticated();
             for msg in incoming.drain(..) {
                 let input = match &msg {
                     Incoming::Message(bytes) => PeerInput::Line { peer, line: bytes },
@@ -579,8 +564,7 @@ impl Server {
             }
             if !authenticated && self.agent.peer_said_hello(peer) {
                 // Its hello was accepted: lines up to the full limit from now on.
-                conn.device = Some("agent".into());
-                conn.authenticated();
+                conn.agent_authenticated();
             }
         }
         for msg in incoming.drain(..) {
@@ -673,7 +657,7 @@ impl Server {
         match out {
             Output::Send { frame, .. } => self.conns.queue(key, frame),
             Output::Close { code, reason, .. } => {
-                conn.in_core = false;
+                conn.leave_core();
                 self.decide_close(key, code, reason, reason, now);
             }
             Output::Authenticated { device, service, .. } => {
@@ -681,8 +665,7 @@ impl Server {
                     "conn {key}: hello as {device:?}{}",
                     if service { " (service)" } else { "" }
                 );
-                conn.device = Some(device.0);
-                conn.authenticated();
+                conn.phone_authenticated(device.0);
             }
         }
         self.touched.push(key);
@@ -695,19 +678,15 @@ impl Server {
     fn decide_close(&mut self, key: usize, code: u16, reason: &str, log_reason: &str, now: Instant) {
         let Some(conn) = self.conns.get_mut(key) else { return };
         conn.reason = Some(log_reason.to_owned());
-        if !conn.closing && conn.close_after.is_none() {
-            conn.close_after = Some((code, reason.to_owned()));
-        }
-        self.wheel.insert(
-            now + CLOSE_DEADLINE,
-            conn_timer(key, conn.generation, ConnTimer::CloseBy),
-        );
+        let by = conn.decide_close(code, reason, now);
+        self.wheel
+            .insert(by, conn_timer(key, conn.generation, ConnTimer::CloseBy));
         self.touched.push(key);
     }
 
     fn flush_conn(&mut self, key: usize, now: Instant) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if !matches!(conn.phase, Phase::Ws(_)) {
+        if !matches!(conn.phase(), Phase::Ws(_)) {
             return;
         }
         // An `/agent` agent may be handed the whole queue of what waited for it (L40: up to
@@ -717,21 +696,24 @@ impl Server {
         } else {
             self.config.max_queue_bytes
         };
-        let was_closing = conn.closing;
+        let close_by = conn.life().close_by();
         let generation = conn.generation;
-        let result = self.conns.pump(key);
+        let result = self.conns.pump(key, now);
         let Some(conn) = self.conns.get_mut(key) else { return };
         let too_slow = conn.queued_bytes() > limit;
-        let now_closing = conn.closing && !was_closing;
+        // The close frame went out: the peer's answer is awaited until an earlier deadline.
+        let sooner = conn
+            .life()
+            .close_by()
+            .filter(|by| close_by.is_some_and(|was| by < &was));
         if let Err(reason) = result {
             return self.kill(key, &reason);
         }
         if too_slow {
             return self.kill(key, "client too slow: frames not read");
         }
-        if now_closing {
-            self.wheel
-                .insert(now + LINGER, conn_timer(key, generation, ConnTimer::CloseBy));
+        if let Some(by) = sooner {
+            self.wheel.insert(by, conn_timer(key, generation, ConnTimer::CloseBy));
         }
         // L36: frames queued for all clients together stay within the memory budget's share;
         // past it, the client with the most unread goes first.
@@ -746,21 +728,21 @@ impl Server {
     /// Ends a connection now. The slab entry is freed after the current batch.
     fn kill(&mut self, key: usize, reason: &str) {
         let Some(conn) = self.conns.get(key) else { return };
-        let was_ws = matches!(conn.phase, Phase::Ws(_));
+        let was_ws = matches!(conn.phase(), Phase::Ws(_));
         let Some(conn) = self.conns.end(key, self.poll.registry()) else {
             return;
         };
         let id = conn_id(key, conn.generation);
         let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
         if was_ws {
-            match &conn.device {
+            match conn.who() {
                 Some(who) => log::info!("conn {key}: {} {who:?} closed: {reason}", conn.peer),
                 None => log::info!("conn {key}: {} (no hello) closed: {reason}", conn.peer),
             }
         } else {
             log::debug!("conn {key}: {reason}");
         }
-        let in_core = std::mem::replace(&mut conn.in_core, false);
+        let in_core = conn.leave_core();
         let agent_peer = conn.agent_peer();
         let t = self.time(Instant::now());
         if in_core {

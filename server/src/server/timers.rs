@@ -4,7 +4,7 @@ use std::time::Instant;
 
 use super::{conn_id, conn_timer, Server, SHUTDOWN_GRACE};
 use crate::conn::Phase;
-use crate::timer::{keep_alive, ConnRef, ConnTimer, KeepAlive, TimerKey};
+use crate::timer::{ConnRef, ConnTimer, KeepAlive, TimerKey};
 
 impl Server {
     pub(super) fn fire_timers(&mut self, now: Instant) {
@@ -48,47 +48,42 @@ impl Server {
         let Some(conn) = self.conns.live(at.key, at.generation) else {
             return; // lazily cancelled: the connection is gone
         };
-        let in_http = matches!(conn.phase, Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_));
+        let in_http = matches!(
+            conn.phase(),
+            Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)
+        );
         match timer {
             ConnTimer::Hello if in_http => self.kill(at.key, "no complete request within the hello timeout"),
-            ConnTimer::Hello if conn.agent_peer().is_some() && conn.device.is_none() => {
+            ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
                 self.kill(at.key, "no agent hello within the hello timeout")
             }
             ConnTimer::KeepAlive => self.keep_alive(at.key, now),
-            ConnTimer::CloseBy if conn.closing || conn.close_after.is_some() => {
+            ConnTimer::CloseBy if conn.life().close_overdue(now) => {
                 // decisions L28: dropped, whatever is still queued.
                 let why = conn.reason.take().unwrap_or_else(|| "closing".into());
                 conn.reason = Some(format!("{why}; close did not finish in time"));
                 self.kill(at.key, "close did not finish in time")
             }
-            ConnTimer::Drain if matches!(conn.phase, Phase::Drain(_)) => self.kill(at.key, "http response sent"),
+            ConnTimer::Drain if matches!(conn.phase(), Phase::Drain(_)) => self.kill(at.key, "http response sent"),
             _ => {}
         }
     }
 
     /// decisions K2 (`timer::keep_alive`): ping after `keepalive` of quiet; close 1001
-    /// after three times that.
+    /// after three times that. Nothing once a close is decided: its deadline rules.
     fn keep_alive(&mut self, key: usize, now: Instant) {
         let keepalive = self.config.keepalive;
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if conn.closing || conn.close_after.is_some() {
-            return;
-        }
         let generation = conn.generation;
-        let next = match keep_alive(now, conn.last_rx, conn.pinged, keepalive) {
-            KeepAlive::Close => {
-                conn.in_core = false;
+        let next = match conn.keep_alive(now, keepalive) {
+            Err(reason) => return self.kill(key, &reason),
+            Ok(None) => return,
+            Ok(Some(KeepAlive::Close)) => {
+                conn.leave_core();
                 self.core.handle_close(self.time(now), conn_id(key, generation));
                 return self.decide_close(key, 1001, "idle", "silent too long", now);
             }
-            KeepAlive::Ping(next) => {
-                conn.pinged = true;
-                if let Err(reason) = conn.ping() {
-                    return self.kill(key, &reason);
-                }
-                next
-            }
-            KeepAlive::Wait(next) => next,
+            Ok(Some(KeepAlive::Ping(next) | KeepAlive::Wait(next))) => next,
         };
         self.wheel
             .insert(next, conn_timer(key, generation, ConnTimer::KeepAlive));
@@ -112,12 +107,11 @@ impl Server {
         let t = self.time(now);
         for key in keys {
             let Some(conn) = self.conns.get_mut(key) else { continue };
-            if !matches!(conn.phase, Phase::Ws(_)) {
+            if !matches!(conn.phase(), Phase::Ws(_)) {
                 self.kill(key, "shutting down");
                 continue;
             }
-            if conn.in_core {
-                conn.in_core = false;
+            if conn.leave_core() {
                 self.core.handle_close(t, conn_id(key, conn.generation));
             }
             self.decide_close(key, 1001, "shutdown", "server shutting down", now);
