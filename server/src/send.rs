@@ -185,12 +185,8 @@ pub fn run(env: &HashMap<String, String>, args: &[String]) -> i32 {
     }
 }
 
-fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, String)> {
-    let failed = |m: String| (EXIT_FAILED, m);
-    let token = match &a.token {
-        Some(t) => t.clone(),
-        None => default_token(env).map_err(|e| (EXIT_USAGE, e))?,
-    };
+/// The `deliver` frame for the arguments: the text, the file as base64, an id.
+fn deliver_frame(a: &Args) -> Result<Value, (i32, String)> {
     let mut deliver = json!({"t": "deliver", "target": a.to});
     let id = a.id.clone().unwrap_or_else(|| {
         let ms = SystemTime::now()
@@ -199,7 +195,6 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
         format!("send-{ms}-{}", std::process::id())
     });
     deliver["id"] = json!(id);
-    let device = a.device.clone().unwrap_or_else(|| sender_device(&id));
     if let Some(text) = &a.text {
         deliver["text"] = json!(text);
     }
@@ -220,8 +215,21 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
             "data": base64::engine::general_purpose::STANDARD.encode(&data),
         });
     }
+    Ok(deliver)
+}
 
-    let port = env.get("MOBILE_PORT").map(String::as_str).unwrap_or("8787");
+fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, String)> {
+    let token = match &a.token {
+        Some(t) => t.clone(),
+        None => default_token(env).map_err(|e| (EXIT_USAGE, e))?,
+    };
+    let deliver = deliver_frame(a)?;
+    let device = a
+        .device
+        .clone()
+        .unwrap_or_else(|| sender_device(deliver["id"].as_str().unwrap_or_default()));
+    let default_port = crate::config::DEFAULT_PORT.to_string();
+    let port = env.get("MOBILE_PORT").map_or(default_port.as_str(), String::as_str);
     let url = a.url.clone().unwrap_or_else(|| format!("ws://127.0.0.1:{port}/ws"));
     let Some(rest) = url.strip_prefix("ws://") else {
         return Err((
@@ -235,6 +243,7 @@ fn deliver(env: &HashMap<String, String>, a: &Args) -> Result<String, (i32, Stri
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| (EXIT_USAGE, format!("cannot resolve {authority}")))?;
+    let failed = |m: String| (EXIT_FAILED, m);
     let deadline = Instant::now() + a.timeout;
     let stream =
         TcpStream::connect_timeout(&addr, a.timeout).map_err(|e| failed(format!("cannot connect to {url}: {e}")))?;

@@ -3,20 +3,22 @@
 //! `on_ws`). Every descriptor is non-blocking and registered with mio; lines are cut by a
 //! bounded [`LineReader`]; writes queue in a bounded outbox.
 
-use std::collections::{HashMap, VecDeque};
-use std::io::{self, Read, Write};
+use std::collections::HashMap;
+use std::io::{self, Read};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use hermes_mobile::agent_link::{LineItem, LineReader, PeerId};
-use hermes_mobile::limits::MAX_FRAME_BYTES;
+use hermes_mobile::agent_link::{LineItem, PeerId};
 use mio::net::{UnixListener, UnixStream};
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
 use slab::Slab;
+
+pub use super::link_lines::ReadEnd;
+use super::link_lines::StreamPeer;
 
 /// Tokens: the fixed ones sit just under the server's own (`usize::MAX - 1`, `- 2`);
 /// Unix peers get `UNIX_BASE + slab key` (well above any connection key, on 32-bit too).
@@ -31,12 +33,6 @@ const UNIX_BASE: usize = usize::MAX / 2;
 const MAX_OUTBOX_BYTES: usize = 64 * 1024 * 1024;
 /// Unix socket connections at once (one agent, a few `hermes send`).
 const MAX_UNIX_PEERS: usize = 16;
-/// Bytes read per `read` call.
-const READ_CHUNK: usize = 64 * 1024;
-/// Lines and bytes taken from one peer per loop turn; the rest waits for the next turn, so
-/// an agent that writes without pause cannot keep the loop from the phones.
-const LINES_PER_TURN: usize = 64;
-const BYTES_PER_TURN: usize = 1024 * 1024;
 /// A child's stderr read per loop turn.
 const STDERR_PER_TURN: usize = 64 * 1024;
 /// A child's stderr line is logged cut to this.
@@ -51,104 +47,6 @@ const SECRET_VARS: &[&str] = &[
     "MOBILE_DELIVER_TOKENS",
     "MOBILE_AGENT_TOKEN",
 ];
-
-/// Bytes queued for a peer, written as it accepts them.
-#[derive(Default)]
-struct Outbox {
-    lines: VecDeque<Vec<u8>>,
-    /// Bytes of the front line already written.
-    written: usize,
-    bytes: usize,
-}
-
-impl Outbox {
-    fn push(&mut self, line: String) {
-        self.bytes += line.len();
-        self.lines.push_back(line.into_bytes());
-    }
-
-    /// Writes until empty or `WouldBlock`.
-    fn flush(&mut self, out: &mut impl Write) -> io::Result<()> {
-        while let Some(front) = self.lines.front() {
-            match out.write(&front[self.written..]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => {
-                    self.written += n;
-                    self.bytes -= n;
-                    if self.written == front.len() {
-                        self.lines.pop_front();
-                        self.written = 0;
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// How reading a stream peer ended.
-pub enum ReadEnd {
-    /// Nothing more for now (`WouldBlock`), or the link asked to pause.
-    Paused,
-    /// This turn's budget is spent; more may be waiting: read again next turn.
-    Budget,
-    /// The peer closed or the read failed.
-    Closed(String),
-}
-
-/// A line-oriented peer: the child (stdout in, stdin out) or a Unix socket connection.
-struct StreamPeer {
-    peer: PeerId,
-    reader: LineReader,
-    outbox: Outbox,
-}
-
-impl StreamPeer {
-    fn new(peer: PeerId) -> StreamPeer {
-        StreamPeer {
-            peer,
-            reader: LineReader::new(MAX_FRAME_BYTES),
-            outbox: Outbox::default(),
-        }
-    }
-
-    /// Hands complete lines to `on_line`, reading more from `src` as needed, for as long
-    /// as `on_line(peer, None)` says more are welcome and this turn's budget lasts.
-    /// Memory: one line's limit plus a chunk.
-    fn pump(&mut self, src: &mut impl Read, on_line: &mut dyn FnMut(PeerId, Option<LineItem>) -> bool) -> ReadEnd {
-        let mut chunk = vec![0u8; READ_CHUNK];
-        let (mut lines, mut bytes) = (0, 0);
-        loop {
-            loop {
-                if !on_line(self.peer, None) {
-                    return ReadEnd::Paused;
-                }
-                let Some(item) = self.reader.next_line() else { break };
-                if let LineItem::Line(l) = &item {
-                    bytes += l.len();
-                }
-                on_line(self.peer, Some(item));
-                lines += 1;
-                if lines >= LINES_PER_TURN || bytes >= BYTES_PER_TURN {
-                    return ReadEnd::Budget;
-                }
-            }
-            match src.read(&mut chunk) {
-                Ok(0) => return ReadEnd::Closed("closed by the agent".into()),
-                Ok(n) => {
-                    bytes += n;
-                    self.reader.push(&chunk[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return ReadEnd::Paused,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return ReadEnd::Closed(format!("read failed: {e}")),
-            }
-        }
-    }
-}
 
 struct ChildAgent {
     child: Child,
@@ -622,39 +520,4 @@ fn set_umask(mask: u32) -> u32 {
     }
     // SAFETY: umask only swaps the process's file creation mask.
     unsafe { umask(mask) }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_outbox_writes_what_the_peer_takes_and_keeps_the_rest() {
-        struct Trickle(Vec<u8>, usize);
-        impl Write for Trickle {
-            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-                if self.1 == 0 {
-                    return Err(io::ErrorKind::WouldBlock.into());
-                }
-                let n = buf.len().min(self.1);
-                self.1 -= n;
-                self.0.extend_from_slice(&buf[..n]);
-                Ok(n)
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut out = Outbox::default();
-        out.push("hello\n".into());
-        out.push("world\n".into());
-        let mut sink = Trickle(Vec::new(), 8);
-        out.flush(&mut sink).unwrap();
-        assert_eq!(sink.0, b"hello\nwo");
-        assert_eq!(out.bytes, 4);
-        sink.1 = 100;
-        out.flush(&mut sink).unwrap();
-        assert_eq!(sink.0, b"hello\nworld\n");
-        assert_eq!(out.bytes, 0);
-    }
 }

@@ -1,0 +1,221 @@
+//! Accepting connections and answering plain HTTP: the request head, the response (a
+//! page, `/healthz`, a refusal), then either the drain of a plain response or the
+//! upgrade to a WebSocket for a phone or an `/agent` peer.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, SocketAddr};
+use std::time::{Duration, Instant};
+
+use hermes_mobile::Peer;
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use super::link_transports::PeerHome;
+use super::{conn_id, conn_timer, Server, DRAIN_LINGER};
+use crate::agent::io::PeerInput;
+use crate::conn::{Discarded, Phase};
+use crate::http::{self, Head, Route};
+use crate::timer::{ConnTimer, TimerKey};
+
+impl Server {
+    pub(super) fn accept_all(&mut self, now: Instant) {
+        loop {
+            let Some(listener) = &self.listener else { return };
+            match listener.accept() {
+                Ok((stream, peer)) => {
+                    self.accept_failing = false;
+                    self.on_accept(stream, peer, now)
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted || e.kind() == io::ErrorKind::ConnectionAborted => {}
+                Err(e) => {
+                    // EMFILE and friends: the pending connection stays in the backlog; try again
+                    // shortly rather than spin or die.
+                    if !self.accept_failing {
+                        log::warn!("accept failed: {e}; retrying every 100 ms until it works");
+                    }
+                    self.accept_failing = true;
+                    self.wheel.arm(now + Duration::from_millis(100), TimerKey::AcceptRetry);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_accept(&mut self, mut stream: TcpStream, peer: SocketAddr, now: Instant) {
+        if self.conns.len() >= self.config.max_connections {
+            log::warn!(
+                "refused {peer}: {} connections open (MOBILE_MAX_CONNECTIONS)",
+                self.conns.len()
+            );
+            let _ = stream.write(&http::response(
+                "503 Service Unavailable",
+                "text/plain",
+                "too many connections\n",
+                "",
+            ));
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        let _ = stream.set_nodelay(true);
+        let registry = self.poll.registry();
+        let register = |stream: &mut TcpStream, key| {
+            registry.register(stream, Token(key), Interest::READABLE | Interest::WRITABLE)
+        };
+        let (key, generation) = match self.conns.insert(stream, peer, now, register) {
+            Ok(added) => added,
+            Err(e) => return log::warn!("cannot register {peer}: {e}"),
+        };
+        // decisions H7: the request head and the upgrade are inside the hello timeout.
+        self.wheel.insert(
+            now + self.config.core.hello_timeout,
+            conn_timer(key, generation, ConnTimer::Hello),
+        );
+        log::debug!("conn {key}: accepted from {peer}");
+        // Edge-triggered: the request may already be waiting.
+        self.on_io(key, now);
+    }
+
+    pub(super) fn on_io(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.phase() {
+            Phase::Http { .. } => self.on_http(key, now),
+            Phase::Respond { .. } => self.on_respond(key, now),
+            Phase::Ws(_) => self.on_ws(key, now),
+            Phase::Drain(_) => match conn.drain() {
+                Discarded::Closed => self.kill(key, "http response sent"),
+                Discarded::Budget => self.read_again.push(key),
+                Discarded::All => {}
+            },
+            Phase::Dead => {}
+        }
+    }
+
+    pub(super) fn on_http(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.read_head() {
+            Ok(true) => {}
+            Ok(false) => return self.kill(key, "closed before the request was complete"),
+            Err(e) => return self.kill(key, &format!("read failed: {e}")),
+        }
+        let Phase::Http { head, .. } = conn.phase() else { return };
+        let Head::Complete { route, len, path } = http::parse(head) else {
+            return;
+        };
+        let leftover = head.get(len..).unwrap_or_default().to_vec();
+        let (out, upgrade) = match route {
+            Route::Upgrade { .. } if self.shutting_down => (
+                http::response("503 Service Unavailable", "text/plain", "shutting down\n", ""),
+                None,
+            ),
+            Route::Upgrade { agent: true, .. } if !self.agent_route => (
+                http::response(
+                    "404 Not Found",
+                    "text/plain; charset=utf-8",
+                    "no /agent here (MOBILE_AGENT=link with MOBILE_AGENT_TOKEN opens it)\n",
+                    "",
+                ),
+                None,
+            ),
+            Route::Upgrade {
+                response,
+                forwarded,
+                agent,
+            } => (response, Some((leftover, forwarded, agent))),
+            Route::Health => {
+                let stats = self.core.stats();
+                let body = serde_json::json!({
+                    "status": "ok",
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "connections": stats.connections,
+                    "devices_online": stats.devices_online,
+                    // Every socket the server holds, this request's own included: closing
+                    // ones and plain HTTP ones too, which `connections` does not count.
+                    "sockets": self.conns.len(),
+                    // What the core holds, for an operator watching memory (L32, L36).
+                    "devices_known": stats.devices_known,
+                    "held_bytes": stats.held_bytes,
+                    "upload_bytes": stats.upload_bytes,
+                    "open_prompts": stats.open_prompts,
+                    "dedup_entries": stats.dedup_entries,
+                    "timers": stats.timers,
+                    "queued_bytes": self.conns.queued_bytes(),
+                    "agent": self.agent.health(),
+                })
+                .to_string();
+                (
+                    http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n"),
+                    None,
+                )
+            }
+            Route::Asset(req) => match &self.config.web {
+                Some(web) => (web.respond(&req), None),
+                None => (
+                    http::response("404 Not Found", "text/plain; charset=utf-8", "not found\n", ""),
+                    None,
+                ),
+            },
+            Route::Reply(bytes) => (bytes, None),
+        };
+        let status = String::from_utf8_lossy(&out[..out.len().min(12)]).into_owned();
+        log::debug!(
+            "conn {key}: GET {path:?} -> {}",
+            status.trim_start_matches("HTTP/1.1 ").trim_end()
+        );
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        conn.respond(out, upgrade);
+        self.on_respond(key, now);
+    }
+
+    pub(super) fn on_respond(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        match conn.write_response() {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(e) => return self.kill(key, &format!("write failed: {e}")),
+        }
+        let Some((leftover, forwarded, agent)) = conn.take_upgrade() else {
+            conn.start_drain();
+            let generation = conn.generation;
+            self.wheel
+                .insert(now + DRAIN_LINGER, conn_timer(key, generation, ConnTimer::Drain));
+            return self.on_io(key, now);
+        };
+        conn.upgrade(leftover, now);
+        let (generation, peer, accepted_at) = (conn.generation, conn.peer, conn.accepted_at);
+        if agent {
+            // An agent over the network: the link, not the core, speaks with it; its
+            // `hello` must carry MOBILE_AGENT_TOKEN (checked by the link).
+            let link_peer = self.link_transports.new_peer(PeerHome::Ws(key, generation));
+            self.conns.make_agent_peer(key, link_peer);
+            log::info!("conn {key}: {peer} opened /agent");
+            let opened = PeerInput::Opened {
+                peer: link_peer,
+                needs_token: true,
+            };
+            self.agent.handle_peer(self.time(now), opened);
+            self.wheel.insert(
+                now + self.config.keepalive,
+                conn_timer(key, generation, ConnTimer::KeepAlive),
+            );
+            return self.on_ws(key, now);
+        }
+        conn.open_phone();
+        let loopback = peer.ip().is_loopback()
+            || matches!(peer.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+        log::info!(
+            "conn {key}: {peer} opened a WebSocket{}",
+            if forwarded { " (via a proxy)" } else { "" }
+        );
+        // decisions H7: the hello timeout counts from accept, not from now.
+        let accepted = self.time(accepted_at);
+        self.core
+            .handle_open(accepted, conn_id(key, generation), Peer { loopback, forwarded });
+        self.wheel.insert(
+            now + self.config.keepalive,
+            conn_timer(key, generation, ConnTimer::KeepAlive),
+        );
+        // A client may have sent its first frames right behind the upgrade request.
+        self.on_ws(key, now);
+    }
+}

@@ -1,0 +1,195 @@
+//! A WebSocket's traffic in the loop: messages read into the core or the link, frames
+//! queued and pumped out, closes decided, and connections ended.
+
+use std::time::Instant;
+
+use hermes_mobile::Output;
+
+use super::{conn_id, conn_timer, split_id, Server, AGENT_OUTBOX_LIMIT, TRIM_DELAY};
+use crate::agent::io::PeerInput;
+use crate::conn::{Drained, Incoming, Phase};
+use crate::timer::{ConnTimer, TimerKey};
+
+impl Server {
+    pub(super) fn on_ws(&mut self, key: usize, now: Instant) {
+        // Its read side already ended this turn: nothing more is read from it.
+        if self.ended_after_drive.iter().any(|(k, _)| *k == key) {
+            return;
+        }
+        let t = self.time(now);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.agent_peer().is_some() && !conn.life().is_closing() {
+            // Lines behind a command's file wait in the socket, not in memory (L42).
+            if !self.agent.wants_lines() {
+                self.link_paused = true;
+                return;
+            }
+        }
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let mut incoming = std::mem::take(&mut self.incoming);
+        let read = conn.read_ws(now, &mut incoming);
+        let (id, in_core) = (conn_id(key, conn.generation), conn.in_core());
+        let mut too_big = false;
+        if let Some(peer) = conn.agent_peer() {
+            let authenticated = conn.authenticated();
+            for msg in incoming.drain(..) {
+                let input = match &msg {
+                    Incoming::Message(bytes) => PeerInput::Line { peer, line: bytes },
+                    // tungstenite cannot read on after an oversized message: the link
+                    // ends (1009), unlike a stream link, which skips the line (L38).
+                    Incoming::TooBig => {
+                        too_big = true;
+                        PeerInput::TooBig { peer }
+                    }
+                    Incoming::InvalidUtf8 => PeerInput::Line { peer, line: &[0xff] },
+                };
+                self.agent.handle_peer(t, input);
+            }
+            if !authenticated && self.agent.peer_said_hello(peer) {
+                // Its hello was accepted: lines up to the full limit from now on.
+                conn.agent_authenticated();
+            }
+        }
+        for msg in incoming.drain(..) {
+            if !in_core {
+                continue;
+            }
+            match msg {
+                Incoming::Message(bytes) => self.core.handle_message(t, id, &bytes),
+                Incoming::TooBig => self.core.handle_frame_too_big(t, id),
+                // decisions G6: invalid UTF-8 is bad_frame; the core sees it as such.
+                Incoming::InvalidUtf8 => self.core.handle_message(t, id, &[0xff]),
+            }
+        }
+        self.incoming = incoming;
+        self.touched.push(key);
+        if too_big {
+            return self.decide_close(key, 1009, "too_big", "agent sent a message over 16 MiB", now);
+        }
+        if read == Ok(Drained::Budget) {
+            self.read_again.push(key);
+        }
+        if let Err(reason) = read {
+            // Input in order: messages read from this connection in this turn (in this call
+            // or an earlier one) are answered first, while the device is still online, so
+            // the agent's reply is not held for a device that left (issue 8 #4).
+            self.ended_after_drive.push((key, reason));
+        }
+    }
+
+    pub(super) fn on_output(&mut self, out: Output, now: Instant) {
+        let id = match &out {
+            Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
+        };
+        let (key, generation) = split_id(id);
+        let Some(conn) = self.conns.live(key, generation) else {
+            return;
+        };
+        match out {
+            Output::Send { frame, .. } => self.conns.queue(key, frame),
+            Output::Close { code, reason, .. } => {
+                conn.leave_core();
+                self.decide_close(key, code, reason, reason, now);
+            }
+            Output::Authenticated { device, service, .. } => {
+                log::info!(
+                    "conn {key}: hello as {device:?}{}",
+                    if service { " (service)" } else { "" }
+                );
+                conn.phone_authenticated(device.0);
+            }
+        }
+        self.touched.push(key);
+    }
+
+    /// The connection is to close with `code`/`reason` once its queued frames are out. The
+    /// deadline is armed now, when the close is decided, not when the close frame is
+    /// written: a peer that stops reading would otherwise hold the socket, its buffers and
+    /// a `MOBILE_MAX_CONNECTIONS` slot for as long as it likes.
+    pub(super) fn decide_close(&mut self, key: usize, code: u16, reason: &str, log_reason: &str, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        conn.reason = Some(log_reason.to_owned());
+        let by = conn.decide_close(code, reason, now);
+        self.wheel
+            .insert(by, conn_timer(key, conn.generation, ConnTimer::CloseBy));
+        self.touched.push(key);
+    }
+
+    pub(super) fn flush_conn(&mut self, key: usize, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if !matches!(conn.phase(), Phase::Ws(_)) {
+            return;
+        }
+        // An `/agent` agent may be handed the whole queue of what waited for it (L40: up to
+        // 32 MiB, inline files in base64): its own, larger bound, outside the phones' share.
+        let limit = if conn.agent_peer().is_some() {
+            AGENT_OUTBOX_LIMIT
+        } else {
+            self.config.max_queue_bytes
+        };
+        let close_by = conn.life().close_by();
+        let generation = conn.generation;
+        let result = self.conns.pump(key, now);
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        let too_slow = conn.queued_bytes() > limit;
+        // The close frame went out: the peer's answer is awaited until an earlier deadline.
+        let sooner = conn
+            .life()
+            .close_by()
+            .filter(|by| close_by.is_some_and(|was| by < &was));
+        if let Err(reason) = result {
+            return self.kill(key, &reason);
+        }
+        if too_slow {
+            return self.kill(key, "client too slow: frames not read");
+        }
+        if let Some(by) = sooner {
+            self.wheel.insert(by, conn_timer(key, generation, ConnTimer::CloseBy));
+        }
+        // L36: frames queued for all clients together stay within the memory budget's share;
+        // past it, the client with the most unread goes first.
+        while let Some(slowest) = self.conns.slowest_phone_over(self.config.max_outbox_total) {
+            self.kill(
+                slowest,
+                "client too slow: frames for all clients over the memory budget",
+            );
+        }
+    }
+
+    /// Ends a connection now. The slab entry is freed after the current batch.
+    pub(super) fn kill(&mut self, key: usize, reason: &str) {
+        let Some(conn) = self.conns.get(key) else { return };
+        let was_ws = matches!(conn.phase(), Phase::Ws(_));
+        let Some(conn) = self.conns.end(key, self.poll.registry()) else {
+            return;
+        };
+        let id = conn_id(key, conn.generation);
+        let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
+        if was_ws {
+            match conn.who() {
+                Some(who) => log::info!("conn {key}: {} {who:?} closed: {reason}", conn.peer),
+                None => log::info!("conn {key}: {} (no hello) closed: {reason}", conn.peer),
+            }
+        } else {
+            log::debug!("conn {key}: {reason}");
+        }
+        let in_core = conn.leave_core();
+        let agent_peer = conn.agent_peer();
+        let t = self.time(Instant::now());
+        if in_core {
+            self.core.handle_close(t, id);
+        }
+        if let Some(peer) = agent_peer {
+            self.link_transports.forget(peer);
+            self.agent.handle_peer(t, PeerInput::Closed { peer });
+        }
+        self.dead.push(key);
+        self.schedule_trim(Instant::now());
+    }
+
+    /// Arms one heap trim `TRIM_DELAY` from now unless one is armed: a burst of ends gets
+    /// one trim after it, and an idle server none.
+    pub(super) fn schedule_trim(&mut self, now: Instant) {
+        self.wheel.arm(now + TRIM_DELAY, TimerKey::Trim);
+    }
+}
