@@ -92,12 +92,14 @@ pub fn run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         return 1;
     }
     let socket = socket.unwrap_or_else(|| default_socket(env));
-    println!("Installed the Hermes plugin `mobile` in {}", dir.display());
-    println!();
-    println!("Add to {}:", home.join("config.yaml").display());
-    print!("{}", config_lines(&socket));
-    println!();
-    println!("Then run the gateway with MOBILE_AGENT=link and restart Hermes (hermes gateway run).");
+    // Written, not println!'d: `hermes install | head` must not panic on a closed pipe.
+    let text = format!(
+        "Installed the Hermes plugin `mobile` in {}\n\nAdd to {}:\n{}\nThen run the gateway with MOBILE_AGENT=link and restart Hermes (hermes gateway run).\n",
+        dir.display(),
+        home.join("config.yaml").display(),
+        config_lines(&socket)
+    );
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
     0
 }
 
