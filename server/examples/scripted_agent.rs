@@ -98,7 +98,7 @@ fn answer(out: &mut impl Write, msg: &Value, n: usize) {
         let _ = out.flush();
     };
     if let Some(f) = msg.get("file").filter(|f| f.is_object()) {
-        let where_ = match f["path"].as_str() {
+        let where_ = match f["path"].as_str().filter(|p| !p.is_empty()) {
             Some(path) => path.to_owned(),
             None => {
                 let data = base64::engine::general_purpose::STANDARD

@@ -20,9 +20,20 @@ fn script() -> String {
     let exe = std::env::current_exe().expect("the test's own path");
     let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
     let agent = profile_dir.join("examples").join("scripted_agent");
+    let build = "run the tests with `cargo test` (which builds the examples) or build it with `cargo build -p hermes-mobile-server --example scripted_agent`";
+    let built = std::fs::metadata(&agent).and_then(|m| m.modified());
+    let Ok(built) = built else {
+        panic!("no scripted agent at {}: {build}", agent.display());
+    };
+    // `cargo test --test agent_link` does not rebuild examples: refuse a stale one rather
+    // than test the gateway against an agent that is not the source's.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scripted_agent.rs");
+    let edited = std::fs::metadata(&source)
+        .and_then(|m| m.modified())
+        .expect("the source");
     assert!(
-        agent.is_file(),
-        "no scripted agent at {}: run the tests with `cargo test` (which builds the examples) or build it with `cargo build -p hermes-mobile-server --example scripted_agent`",
+        built >= edited,
+        "the scripted agent at {} is older than its source: {build}",
         agent.display()
     );
     agent.display().to_string()

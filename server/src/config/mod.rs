@@ -407,7 +407,7 @@ mod tests {
             ("MOBILE_AGENT_MODEL", "m"),
         ];
         for s in SETTINGS {
-            let settings::Default::Value(default) = s.default else {
+            let settings::DefaultValue::Value(default) = s.default else {
                 continue;
             };
             let base: Vec<(&str, &str)> = if s.env.starts_with("MOBILE_AGENT_") {
@@ -421,8 +421,41 @@ mod tests {
             assert_eq!(describe(&unset), describe(&given), "{} = {default:?}", s.env);
         }
         assert_eq!(settings::default_of("--port"), Some(DEFAULT_PORT.to_string().as_str()));
+        // And the defaults are the values the literals in parse were before the rows held
+        // them (issue 17).
         let c = parse(&env(&[]), &[]).unwrap();
-        assert_eq!((c.port, c.host.as_str()), (DEFAULT_PORT, "0.0.0.0"));
+        assert_eq!((c.port, c.host.as_str()), (8787, "0.0.0.0"));
+        assert_eq!((c.max_connections, c.max_outbox_total), (1024, 64 * 1024 * 1024));
+        assert_eq!(
+            (c.keepalive, c.demo_step),
+            (Duration::from_secs(30), Duration::from_millis(150))
+        );
+        assert_eq!(
+            (c.log_level, c.agent.clone(), c.web_source.clone()),
+            (log::LevelFilter::Info, AgentKind::Demo, WebSource::Embedded)
+        );
+        let core = &c.core;
+        assert_eq!((core.prompt_ttl, core.chunk_limit), (Duration::from_secs(300), 3500));
+        assert_eq!(
+            (core.hello_timeout, core.typing_idle),
+            (Duration::from_secs(15), Duration::from_secs(3))
+        );
+        let h = parse(&env(&http), &[]).unwrap().http.unwrap();
+        let a = &h.agent;
+        assert_eq!(
+            (a.vision, a.edit_interval, a.concurrency),
+            (false, Duration::from_millis(300), 4)
+        );
+        assert_eq!((a.history_chars, a.history_turns, a.approval_ttl), (24_000, 40, 300));
+        let t = h.timeouts;
+        assert_eq!(
+            (t.connect, t.first_byte, t.idle),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(120),
+                Duration::from_secs(120)
+            )
+        );
     }
 
     #[test]

@@ -11,13 +11,13 @@ const DEFAULT_PORT_TEXT: &str = "8787";
 pub struct Setting {
     pub flag: &'static str,
     pub env: &'static str,
-    pub default: Default,
+    pub default: DefaultValue,
     pub help: &'static str,
 }
 
 /// A setting's default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Default {
+pub enum DefaultValue {
     /// This value, read by the same parser as a given one.
     Value(&'static str),
     /// Nothing: the setting is off or empty unless given.
@@ -30,211 +30,211 @@ pub const SETTINGS: &[Setting] = &[
     Setting {
         flag: "--host",
         env: "MOBILE_HOST",
-        default: Default::Value("0.0.0.0"),
+        default: DefaultValue::Value("0.0.0.0"),
         help: "listen address",
     },
     Setting {
         flag: "--port",
         env: "MOBILE_PORT",
-        default: Default::Value(DEFAULT_PORT_TEXT),
+        default: DefaultValue::Value(DEFAULT_PORT_TEXT),
         help: "listen port; 0 picks a free port and logs it",
     },
     Setting {
         flag: "--token",
         env: "MOBILE_TOKEN",
-        default: Default::Described("generated"),
+        default: DefaultValue::Described("generated"),
         help: "the app token; unset: generated once and kept in the state directory",
     },
     Setting {
         flag: "--extra-tokens",
         env: "MOBILE_EXTRA_TOKENS",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "device_id=token,... : tokens bound to one device, both ways",
     },
     Setting {
         flag: "--allowed-devices",
         env: "MOBILE_ALLOWED_DEVICES",
-        default: Default::Described("all"),
+        default: DefaultValue::Described("all"),
         help: "device ids allowed to connect, comma-separated",
     },
     Setting {
         flag: "--deliver-tokens",
         env: "MOBILE_DELIVER_TOKENS",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "service tokens that may `deliver` (cron, `hermes-mobile send`)",
     },
     Setting {
         flag: "--home-device",
         env: "MOBILE_HOME_DEVICE",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "device a `deliver` without target goes to",
     },
     Setting {
         flag: "--avatar-url",
         env: "MOBILE_AVATAR_URL",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "URL sent as ready.avatar_url",
     },
     Setting {
         flag: "--web",
         env: "MOBILE_WEB",
-        default: Default::Value("on"),
+        default: DefaultValue::Value("on"),
         help: "serve the web client at / and /avatar/ (on|off; --no-web is --web off)",
     },
     Setting {
         flag: "--web-dir",
         env: "MOBILE_WEB_DIR",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "for working on the web client: read its files from this folder (a checkout's web/) at start-up instead of the built-in copies",
     },
     Setting {
         flag: "--prompt-ttl",
         env: "MOBILE_PROMPT_TTL",
-        default: Default::Value("300"),
+        default: DefaultValue::Value("300"),
         help: "seconds a card lives unless the agent says otherwise",
     },
     Setting {
         flag: "--chunk-limit",
         env: "MOBILE_CHUNK_LIMIT",
-        default: Default::Value("3500"),
+        default: DefaultValue::Value("3500"),
         help: "characters per message frame",
     },
     Setting {
         flag: "--state-dir",
         env: "MOBILE_STATE_DIR",
-        default: Default::Described("$XDG_STATE_HOME/hermes-mobile"),
+        default: DefaultValue::Described("$XDG_STATE_HOME/hermes-mobile"),
         help: "generated token and received media (media/)",
     },
     Setting {
         flag: "--agent",
         env: "MOBILE_AGENT",
-        default: Default::Value("demo"),
+        default: DefaultValue::Value("demo"),
         help: "the agent: demo, exec:<command line> (a child speaking docs/agent-protocol.md on stdin/stdout), link[:<socket path>] (agents connect to a Unix socket, default <state dir>/agent.sock), openai:<base URL> (an OpenAI-compatible server), hermes:<base URL> (Hermes' runs API with approvals); docs/http-agents.md",
     },
     Setting {
         flag: "--agent-model",
         env: "MOBILE_AGENT_MODEL",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai:/hermes: the model name the server knows (needed for openai:)",
     },
     Setting {
         flag: "",
         env: "MOBILE_AGENT_KEY",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai:/hermes: the API key, sent as a Bearer token; from the environment only, never logged or shown",
     },
     Setting {
         flag: "--agent-system",
         env: "MOBILE_AGENT_SYSTEM",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai:/hermes: the system prompt; @/path/file reads it from a file",
     },
     Setting {
         flag: "--agent-temperature",
         env: "MOBILE_AGENT_TEMPERATURE",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai: the sampling temperature (0 to 2); unset: the server's default",
     },
     Setting {
         flag: "--agent-headers",
         env: "MOBILE_AGENT_HEADERS",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai:/hermes: extra headers, 'Name: value' separated by ';' or newlines; {device} and {conversation} are filled in",
     },
     Setting {
         flag: "--agent-vision",
         env: "MOBILE_AGENT_VISION",
-        default: Default::Value("0"),
+        default: DefaultValue::Value("0"),
         help: "openai:/hermes: 1 sends photos to the model as images; 0 as a short note",
     },
     Setting {
         flag: "--agent-media-dirs",
         env: "MOBILE_AGENT_MEDIA_DIRS",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "openai:/hermes: folders whose files a MEDIA:/path tag may send to the phone, comma-separated; empty: none",
     },
     Setting {
         flag: "--agent-ca-file",
         env: "MOBILE_AGENT_CA_FILE",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "https agents: PEM certificates trusted besides the system's (a self-signed home server)",
     },
     Setting {
         flag: "--agent-edit-interval",
         env: "MOBILE_AGENT_EDIT_INTERVAL",
-        default: Default::Value("0.3"),
+        default: DefaultValue::Value("0.3"),
         help: "openai:/hermes: seconds between two edits of a streamed reply",
     },
     Setting {
         flag: "--agent-history",
         env: "MOBILE_AGENT_HISTORY",
-        default: Default::Value("24000,40"),
+        default: DefaultValue::Value("24000,40"),
         help: "openai:/hermes: a conversation's bound in characters,messages (oldest dropped first)",
     },
     Setting {
         flag: "--agent-approval-ttl",
         env: "MOBILE_AGENT_APPROVAL_TTL",
-        default: Default::Value("300"),
+        default: DefaultValue::Value("300"),
         help: "hermes: seconds an approval card lives (Hermes' approvals.timeout); unanswered means deny",
     },
     Setting {
         flag: "--agent-concurrency",
         env: "MOBILE_AGENT_CONCURRENCY",
-        default: Default::Value("4"),
+        default: DefaultValue::Value("4"),
         help: "openai:/hermes: turns talking to the backend at once; more wait",
     },
     Setting {
         flag: "--agent-timeouts",
         env: "MOBILE_AGENT_TIMEOUTS",
-        default: Default::Value("10,120,120"),
+        default: DefaultValue::Value("10,120,120"),
         help: "openai:/hermes: seconds for connect, first byte, and idle between events (keepalives count)",
     },
     Setting {
         flag: "--agent-token",
         env: "MOBILE_AGENT_TOKEN",
-        default: Default::Unset,
+        default: DefaultValue::Unset,
         help: "with --agent link: also accept an agent on the WebSocket route /agent with this token (16+ characters, not the app token)",
     },
     Setting {
         flag: "--max-connections",
         env: "MOBILE_MAX_CONNECTIONS",
-        default: Default::Value("1024"),
+        default: DefaultValue::Value("1024"),
         help: "connections beyond this are refused with 503",
     },
     Setting {
         flag: "--memory-budget",
         env: "MOBILE_MEMORY_BUDGET",
-        default: Default::Value("128"),
+        default: DefaultValue::Value("128"),
         help: "MiB for frames queued to clients (1/2), output held for offline phones (1/4) and upload room (1/8)",
     },
     Setting {
         flag: "--log-level",
         env: "RUST_LOG",
-        default: Default::Value("info"),
+        default: DefaultValue::Value("info"),
         help: "error, warn, info, debug, trace, or module=level (hermes_mobile=debug)",
     },
     Setting {
         flag: "--hello-timeout",
         env: "MOBILE_HELLO_TIMEOUT",
-        default: Default::Value("15"),
+        default: DefaultValue::Value("15"),
         help: "seconds from accept to hello (tests shorten it)",
     },
     Setting {
         flag: "--typing-idle",
         env: "MOBILE_TYPING_IDLE",
-        default: Default::Value("3"),
+        default: DefaultValue::Value("3"),
         help: "seconds from the last agent frame to avatar idle",
     },
     Setting {
         flag: "--keepalive",
         env: "MOBILE_KEEPALIVE",
-        default: Default::Value("30"),
+        default: DefaultValue::Value("30"),
         help: "seconds of quiet before a WebSocket ping; silent for 3x this closes (1001)",
     },
     Setting {
         flag: "--demo-step",
         env: "MOBILE_DEMO_STEP",
-        default: Default::Value("0.15"),
+        default: DefaultValue::Value("0.15"),
         help: "seconds between the demo agent's /stream words",
     },
 ];
@@ -242,8 +242,8 @@ pub const SETTINGS: &[Setting] = &[
 /// The default a setting's row gives, when it gives a value.
 pub fn default_of(flag: &str) -> Option<&'static str> {
     SETTINGS.iter().find(|s| s.flag == flag).and_then(|s| match s.default {
-        Default::Value(v) => Some(v),
-        Default::Unset | Default::Described(_) => None,
+        DefaultValue::Value(v) => Some(v),
+        DefaultValue::Unset | DefaultValue::Described(_) => None,
     })
 }
 
@@ -277,8 +277,8 @@ pub fn help() -> String {
             format!("{} V", s.flag)
         };
         let default = match s.default {
-            Default::Value(v) | Default::Described(v) => v,
-            Default::Unset => "unset",
+            DefaultValue::Value(v) | DefaultValue::Described(v) => v,
+            DefaultValue::Unset => "unset",
         };
         out.push_str(&format!(
             "  {:<20} {:<24} {} [default: {}]\n",

@@ -203,7 +203,7 @@ mod tests {
                 &[Ping, Nothing, Wait, Ping],
             ),
             (
-                "oversized (the reader is poisoned, G7): the 1009 close goes after what was queued, and 2 s for the peer",
+                "an oversized message's 1009 close (G7) goes after what was queued, and the peer has 2 s",
                 &[Decide(1009, 0), FrameOut(10), Tick(2_009), Tick(2_010)],
                 &[Nothing, CloseFrame(1009), Wait, Drop],
             ),

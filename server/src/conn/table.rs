@@ -64,9 +64,11 @@ impl Connections {
         self.slab.get_mut(key)
     }
 
-    /// The connection at `key`, if it is still the one of `generation`.
+    /// The connection at `key`, if it is still the one of `generation` and not ended.
     pub fn live(&mut self, key: usize, generation: u32) -> Option<&mut Conn> {
-        self.slab.get_mut(key).filter(|c| c.generation == generation)
+        self.slab
+            .get_mut(key)
+            .filter(|c| c.generation == generation && !matches!(c.phase, Phase::Dead))
     }
 
     pub fn len(&self) -> usize {
@@ -92,9 +94,12 @@ impl Connections {
         self.phones
     }
 
-    /// Queues a frame for the peer; a connection that is gone takes nothing.
+    /// Queues a frame for the peer; a connection that is gone, or ended and not yet
+    /// freed, takes nothing.
     pub fn queue(&mut self, key: usize, frame: String) {
-        let Some(conn) = self.slab.get_mut(key) else { return };
+        let Some(conn) = self.slab.get_mut(key).filter(|c| !matches!(c.phase, Phase::Dead)) else {
+            return;
+        };
         *total(&mut self.phones, &mut self.agents, conn) += frame.len();
         conn.queue(frame);
     }
@@ -141,7 +146,8 @@ impl Connections {
     /// Frees the entry of a connection that was ended.
     pub fn free_dead(&mut self, key: usize) {
         if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
-            self.slab.remove(key);
+            let conn = self.slab.remove(key);
+            debug_assert_eq!(conn.outbox_bytes, 0, "an ended connection holds no frames");
         }
     }
 
@@ -268,6 +274,9 @@ mod tests {
                     }
                     Op::End(c) => {
                         conns.end(clients[c].0, poll.registry());
+                        // Frames for it in the same batch, before it is freed, are not kept.
+                        conns.queue(clients[c].0, "late".into());
+                        prop_assert_eq!(conns.get(clients[c].0).map(Conn::queued_bytes), Some(0));
                         conns.free_dead(clients[c].0);
                         clients[c] = ws_pair(&mut conns);
                     }

@@ -102,7 +102,6 @@ pub struct Server {
     stop_requested: bool,
 }
 
-/// A core event waiting for its turn to reach the agent.
 /// A link input to read again next turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LinkRead {
@@ -110,6 +109,7 @@ enum LinkRead {
     ChildStderr,
 }
 
+/// A core event waiting for its turn to reach the agent.
 enum Parked {
     Ready(Box<AgentEvent>, Option<FileHandover>),
     Saving(Ticket),

@@ -9,9 +9,9 @@ use hermes_mobile::{DeviceId, Time};
 use serde_json::Value;
 
 use super::sentences as say;
-use super::turn::Phase;
+use super::turn::TurnPhase;
 use super::{
-    Answer, Backend, HttpAgent, Reach, Role, ERROR_BODY_LIMIT, MAX_ATTEMPTS, MAX_EVENT_BYTES, MAX_REPLY_BYTES,
+    Answer, Backend, CallRole, HttpAgent, Reach, ERROR_BODY_LIMIT, MAX_ATTEMPTS, MAX_EVENT_BYTES, MAX_REPLY_BYTES,
     MAX_RETRY_WAIT,
 };
 use crate::agent::io::{CallError, CallEvent, CallId};
@@ -25,7 +25,7 @@ impl HttpAgent {
         };
         match request {
             Some(Ok(bytes)) => {
-                let id = self.new_call(Role::Main(device.clone()), bytes);
+                let id = self.new_call(CallRole::Main(device.clone()), bytes);
                 if let Some(turn) = self.turn_mut(device) {
                     turn.calling(id);
                 }
@@ -56,7 +56,7 @@ impl HttpAgent {
             }
             CallEvent::Body(bytes) => {
                 if answer.stream {
-                    let (Role::Main(device) | Role::Events(device)) = &role else {
+                    let (CallRole::Main(device) | CallRole::Events(device)) = &role else {
                         return;
                     };
                     let device = device.clone();
@@ -133,10 +133,10 @@ impl HttpAgent {
         }
     }
 
-    fn on_call_end(&mut self, now: Time, role: Role, answer: Answer) {
+    fn on_call_end(&mut self, now: Time, role: CallRole, answer: Answer) {
         let status = answer.status.unwrap_or(0);
         match role {
-            Role::Main(device) => {
+            CallRole::Main(device) => {
                 let started = match self.settings.backend {
                     Backend::OpenAi => self.chat_ended(&device, status, &answer),
                     Backend::Hermes => self.run_start_ended(&device, status, &answer),
@@ -145,7 +145,7 @@ impl HttpAgent {
                     self.refused(now, &device, status, &answer);
                 }
             }
-            Role::Events(device) => {
+            CallRole::Events(device) => {
                 let whole = self.turn_mut(&device).is_some_and(|t| t.complete);
                 if status == 200 && whole {
                     return self.end_stream(&device, None);
@@ -159,8 +159,8 @@ impl HttpAgent {
                 };
                 self.cut(&device, &note);
             }
-            Role::Approval { device, choice } => self.approval_answered(&device, &choice, status),
-            Role::Stop { device, run, user } => self.stop_answered(&device, &run, user, status),
+            CallRole::Approval { device, choice } => self.approval_answered(&device, &choice, status),
+            CallRole::Stop { device, run, user } => self.stop_answered(&device, &run, user, status),
         }
     }
 
@@ -197,13 +197,13 @@ impl HttpAgent {
             why.escape_debug()
         );
         if let Some(t) = self.turn_mut(device) {
-            t.phase = Phase::Waiting(now + wait);
+            t.phase = TurnPhase::Waiting(now + wait);
         }
     }
 
-    fn on_call_failed(&mut self, now: Time, role: Role, error: CallError) {
+    fn on_call_failed(&mut self, now: Time, role: CallRole, error: CallError) {
         match role {
-            Role::Main(device) => {
+            CallRole::Main(device) => {
                 let Some(turn) = self.turn_mut(&device) else { return };
                 let (shown, attempt, complete, stopping) = (turn.shown, turn.attempt, turn.complete, turn.stopping());
                 if complete || stopping {
@@ -219,18 +219,18 @@ impl HttpAgent {
                 let sentence = say::call_failed(&error, &self.settings.endpoint);
                 self.fail_turn(&device, sentence);
             }
-            Role::Events(device) => {
+            CallRole::Events(device) => {
                 let Some(turn) = self.turn_mut(&device) else { return };
                 if turn.complete {
                     return self.end_stream(&device, None);
                 }
                 self.cut(&device, &say::events_interrupted(&error));
             }
-            Role::Approval { device, .. } => {
+            CallRole::Approval { device, .. } => {
                 let sentence = say::call_failed(&error, &self.settings.endpoint);
                 self.say(&device, say::answer_lost(&sentence));
             }
-            Role::Stop { device, run, user } => {
+            CallRole::Stop { device, run, user } => {
                 if user {
                     let sentence = say::call_failed(&error, &self.settings.endpoint);
                     self.stop_failed(&device, &run, sentence);
@@ -263,12 +263,12 @@ impl HttpAgent {
     }
 }
 
-fn role_name(role: &Role) -> &'static str {
+fn role_name(role: &CallRole) -> &'static str {
     match role {
-        Role::Main(_) => "the request",
-        Role::Events(_) => "the run's event stream",
-        Role::Approval { .. } => "the approval answer",
-        Role::Stop { .. } => "the stop request",
+        CallRole::Main(_) => "the request",
+        CallRole::Events(_) => "the run's event stream",
+        CallRole::Approval { .. } => "the approval answer",
+        CallRole::Stop { .. } => "the stop request",
     }
 }
 

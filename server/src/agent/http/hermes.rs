@@ -7,7 +7,7 @@ use hermes_mobile::{AgentCommand, DeviceId, PromptId, PromptRequest, Time};
 use serde_json::{json, Value};
 
 use super::sentences as say;
-use super::{header_value, Answer, HttpAgent, Role};
+use super::{header_value, Answer, CallRole, HttpAgent};
 
 /// An approval card: what its answer is for. Kept until the card is answered or expires,
 /// also when its turn has ended (the phone may still tap it).
@@ -60,7 +60,7 @@ impl HttpAgent {
         log::info!("agent: {device:?}: run {} started", run.as_str());
         match request {
             Ok(bytes) => {
-                let id = self.new_call(Role::Events(device.clone()), bytes);
+                let id = self.new_call(CallRole::Events(device.clone()), bytes);
                 let Some(turn) = self.turn_mut(device) else { return };
                 if turn.streaming(run, id) {
                     self.send_stop(device, true);
@@ -167,7 +167,7 @@ impl HttpAgent {
             choice,
         ) {
             Ok(bytes) => {
-                let role = Role::Approval {
+                let role = CallRole::Approval {
                     device: card.device,
                     choice: choice.to_owned(),
                 };
@@ -197,7 +197,7 @@ impl HttpAgent {
         };
         match hermes_runs::stop(&self.settings.endpoint, self.settings.key.as_deref(), &headers, &run) {
             Ok(bytes) => {
-                let role = Role::Stop {
+                let role = CallRole::Stop {
                     device: device.clone(),
                     run,
                     user,

@@ -4,8 +4,8 @@
 //! Sans-IO like the demo: events and time go in, core commands come out, and what must
 //! touch the world (a request, a cancel, a file to read, a conversation to save) comes out
 //! of [`HttpAgent::poll_io`], in the port's words, for the server's HTTP client and file
-//! worker. Their answers
-//! come back through [`HttpAgent::handle_call`] and [`HttpAgent::handle_loaded`].
+//! worker. Their answers come back through [`HttpAgent::handle_call`] and
+//! [`HttpAgent::handle_loaded`].
 //!
 //! A device has one turn at a time; messages sent meanwhile wait in its inbox (bounded)
 //! and at most `concurrency` turns talk to the backend at once. A turn streams its reply
@@ -76,7 +76,7 @@ pub enum Backend {
     Hermes,
 }
 
-/// The owner's settings (server/src/config.rs reads them).
+/// The owner's settings (server/src/config/http.rs reads them).
 #[derive(Clone)]
 pub struct HttpSettings {
     pub backend: Backend,
@@ -120,7 +120,7 @@ pub enum Reach {
 
 /// What a call is for.
 #[derive(Debug, Clone)]
-enum Role {
+enum CallRole {
     /// The turn's main request: the chat stream, or the run's start.
     Main(DeviceId),
     /// The run's event stream.
@@ -161,7 +161,7 @@ enum Load {
 pub struct HttpAgent {
     settings: HttpSettings,
     devices: HashMap<DeviceId, Device>,
-    calls: HashMap<CallId, (Role, Answer)>,
+    calls: HashMap<CallId, (CallRole, Answer)>,
     cards: HashMap<PromptId, Card>,
     next_call: u64,
     next_id: u64,
@@ -302,7 +302,7 @@ impl HttpAgent {
         format!("{prefix}-{}-{}", self.run_tag, self.next_id)
     }
 
-    fn new_call(&mut self, role: Role, request: Vec<u8>) -> CallId {
+    fn new_call(&mut self, role: CallRole, request: Vec<u8>) -> CallId {
         self.next_call += 1;
         let id = CallId(self.next_call);
         self.calls.insert(id, (role, Answer::default()));

@@ -11,7 +11,7 @@ use hermes_mobile::wire::DownloadKind;
 use hermes_mobile::{AgentCommand, DeviceId, OutgoingFile};
 
 use super::sentences as say;
-use super::turn::Phase;
+use super::turn::TurnPhase;
 use super::{capitalize, HttpAgent, Load, MAX_MEDIA_PER_REPLY, MAX_REPLY_BYTES, MEDIA_LIMIT};
 
 /// What a turn ends with, as the stream left it.
@@ -196,7 +196,7 @@ impl HttpAgent {
             self.io.push_back(crate::agent::io::AgentIo::Cancel(call));
         }
         // The reply itself counts as one (done just below), each file as one more.
-        turn.phase = Phase::Finishing { left: paths.len() + 1 };
+        turn.phase = TurnPhase::Finishing { left: paths.len() + 1 };
         for path in paths {
             let what = Load::Media {
                 device: device.clone(),

@@ -9,7 +9,7 @@ use hermes_mobile::{AgentCommand, DeviceId, MessageId, Time};
 use super::conversation;
 use super::input::Input;
 use super::sentences as say;
-use super::turn::{Phase, Turn};
+use super::turn::{Turn, TurnPhase};
 use super::{HttpAgent, Load, CONVERSATION_LIMIT, INBOX_BYTES, INBOX_LIMIT, INBOX_TOTAL_BYTES, MAX_RESIDENT};
 
 #[derive(Debug)]
@@ -153,7 +153,7 @@ impl HttpAgent {
     /// the last, the turn ends and the device's next message may go.
     pub(super) fn part_done(&mut self, device: &DeviceId) {
         let Some(turn) = self.turn_mut(device) else { return };
-        let Phase::Finishing { left } = &mut turn.phase else {
+        let TurnPhase::Finishing { left } = &mut turn.phase else {
             return;
         };
         *left = left.saturating_sub(1);

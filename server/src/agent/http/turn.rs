@@ -1,5 +1,5 @@
 //! One turn of a device: its message, the reply being streamed, and where the turn is,
-//! as one [`Phase`] rather than a set of flags and optional ids (issue 17).
+//! as one [`TurnPhase`] rather than a set of flags and optional ids (issue 17).
 
 use hermes_mobile::upstream::{Coalescer, RunId, SseDecoder};
 use hermes_mobile::{MessageId, Time};
@@ -11,7 +11,7 @@ use crate::agent::io::CallId;
 /// Where a turn is. The ids a phase carries are the turn's latest; whether a call is still
 /// open is the agent's call table's to say (an ended call leaves it at once).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Phase {
+pub(super) enum TurnPhase {
     /// The next attempt of the main request is due at this time (the first one, at once).
     Waiting(Time),
     /// The main request is out: the chat stream (`openai:`), or the run's start (`hermes:`).
@@ -35,7 +35,7 @@ pub(super) struct Turn {
     pub sse: SseDecoder,
     /// Attempts of the main request made so far.
     pub attempt: u32,
-    pub phase: Phase,
+    pub phase: TurnPhase,
     /// A version of the reply was handed to the core: no retry after this.
     pub shown: bool,
     /// The stream said it was complete (`[DONE]`, a finish reason, `run.completed`).
@@ -55,7 +55,7 @@ impl Turn {
             coalescer,
             sse: SseDecoder::new(MAX_EVENT_BYTES),
             attempt: 0,
-            phase: Phase::Waiting(now),
+            phase: TurnPhase::Waiting(now),
             shown: false,
             complete: false,
             length_cut: false,
@@ -64,17 +64,17 @@ impl Turn {
     }
 
     pub fn finishing(&self) -> bool {
-        matches!(self.phase, Phase::Finishing { .. })
+        matches!(self.phase, TurnPhase::Finishing { .. })
     }
 
     pub fn stopping(&self) -> bool {
-        matches!(self.phase, Phase::Stopping { .. })
+        matches!(self.phase, TurnPhase::Stopping { .. })
     }
 
     /// The Hermes run, once it is known.
     pub fn run(&self) -> Option<&RunId> {
         match &self.phase {
-            Phase::Streaming { run, .. } | Phase::Stopping { run: Some(run), .. } => Some(run),
+            TurnPhase::Streaming { run, .. } | TurnPhase::Stopping { run: Some(run), .. } => Some(run),
             _ => None,
         }
     }
@@ -82,9 +82,9 @@ impl Turn {
     /// The turn's latest call (open or just ended).
     pub fn call(&self) -> Option<CallId> {
         match self.phase {
-            Phase::Calling(call) | Phase::Streaming { events: call, .. } | Phase::Stopping { call: Some(call), .. } => {
-                Some(call)
-            }
+            TurnPhase::Calling(call)
+            | TurnPhase::Streaming { events: call, .. }
+            | TurnPhase::Stopping { call: Some(call), .. } => Some(call),
             _ => None,
         }
     }
@@ -92,14 +92,14 @@ impl Turn {
     /// When an attempt of the main request is due.
     pub fn retry_at(&self) -> Option<Time> {
         match self.phase {
-            Phase::Waiting(at) => Some(at),
+            TurnPhase::Waiting(at) => Some(at),
             _ => None,
         }
     }
 
     /// The main request went out as `call`: a new attempt, with a fresh decoder.
     pub fn calling(&mut self, call: CallId) {
-        self.phase = Phase::Calling(call);
+        self.phase = TurnPhase::Calling(call);
         self.attempt += 1;
         self.sse = SseDecoder::new(MAX_EVENT_BYTES);
     }
@@ -110,12 +110,12 @@ impl Turn {
         self.sse = SseDecoder::new(MAX_EVENT_BYTES);
         let stop_now = self.stopping();
         self.phase = if stop_now {
-            Phase::Stopping {
+            TurnPhase::Stopping {
                 call: Some(events),
                 run: Some(run),
             }
         } else {
-            Phase::Streaming { run, events }
+            TurnPhase::Streaming { run, events }
         };
         stop_now
     }
@@ -123,17 +123,17 @@ impl Turn {
     /// `/stop`, or the run's cancellation: what is known of the call and the run stays.
     pub fn stop(&mut self) {
         let (call, run) = (self.call(), self.run().cloned());
-        self.phase = Phase::Stopping { call, run };
+        self.phase = TurnPhase::Stopping { call, run };
     }
 
     /// The stop did not reach Hermes: the run streams on.
     pub fn stop_failed(&mut self) {
-        if let Phase::Stopping {
+        if let TurnPhase::Stopping {
             call: Some(events),
             run: Some(run),
         } = &self.phase
         {
-            self.phase = Phase::Streaming {
+            self.phase = TurnPhase::Streaming {
                 run: run.clone(),
                 events: *events,
             };
