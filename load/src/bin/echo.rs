@@ -1,5 +1,5 @@
 //! The baseline: a bare single-threaded mio + tungstenite WebSocket echo server, configured
-//! like the gateway (4 KiB read buffer, eager writes). The gateway's CPU per protocol turn is
+//! like the gateway (2 KiB read buffer, eager writes). The gateway's CPU per protocol turn is
 //! measured against this server's CPU per round trip, in the same run.
 //!
 //! `hermes-mobile-echo [PORT]` (default 8790, 0 = any); listens on 127.0.0.1 only.
@@ -22,7 +22,7 @@ enum Conn {
 }
 
 fn config() -> WebSocketConfig {
-    WebSocketConfig::default().read_buffer_size(4096).write_buffer_size(0)
+    WebSocketConfig::default().read_buffer_size(2048).write_buffer_size(0)
 }
 
 fn main() -> io::Result<()> {

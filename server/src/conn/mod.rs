@@ -38,13 +38,15 @@ const DISCARD_BUDGET: usize = 64 * 1024;
 
 /// The tungstenite settings for a Raspberry Pi (decisions G7, style.md). Messages are capped
 /// at `MAX_PRE_HELLO_FRAME_BYTES` until the core authenticates the connection (L35), then at
-/// `MAX_FRAME_BYTES` ([`Conn::authenticated`]).
+/// `MAX_FRAME_BYTES` (`Conn::raise_limits`).
 pub fn ws_config() -> WebSocketConfig {
     let max = hermes_mobile::limits::MAX_FRAME_BYTES;
     let before_hello = hermes_mobile::limits::MAX_PRE_HELLO_FRAME_BYTES;
     WebSocketConfig::default()
-        // Small: most frames are a few hundred bytes; big ones grow the buffer as they come.
-        .read_buffer_size(4 * 1024)
+        // Small: most frames are a few hundred bytes; a big message reserves its own length
+        // as its header arrives and is read 2 KiB a call. Every idle connection keeps this
+        // buffer (issue 17: 4 KiB -> 2 KiB took 6.8 -> 4.9 KiB per idle connection).
+        .read_buffer_size(2 * 1024)
         // Frames of one turn are gathered and written with one syscall at the end of the
         // batch (`pump` flushes); past this much, tungstenite writes as it goes.
         .write_buffer_size(WRITE_BATCH)
