@@ -220,6 +220,18 @@ impl Script {
         self.sse_head();
     }
 
+    /// A Hermes turn's start: the message, the missing conversation, the run started
+    /// (202) and its event stream's head. Returns the event stream's call.
+    fn start_run(&mut self, text: &str, run: &str) -> Option<CallId> {
+        self.text(text);
+        self.no_conversation();
+        self.head(202, &[]);
+        self.body(&format!("{{\"run_id\":\"{run}\"}}"));
+        self.end();
+        self.sse_head();
+        self.last_call
+    }
+
     fn check(mut self, name: &str) {
         self.out = self.out.lines().map(clip).collect::<Vec<_>>().join("\n") + "\n";
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -380,13 +392,7 @@ fn transcript_openai_stop() {
 #[test]
 fn transcript_hermes_stop() {
     let mut s = Script::hermes();
-    s.text("run something long");
-    s.no_conversation();
-    s.head(202, &[]);
-    s.body(r#"{"run_id":"run_7"}"#);
-    s.end();
-    s.sse_head();
-    let events = s.last_call;
+    let events = s.start_run("run something long", "run_7");
     s.run_event(serde_json::json!({"event": "message.delta", "delta": "Working"}));
     s.text("/stop");
     s.head(200, &[]);
@@ -400,13 +406,7 @@ fn transcript_hermes_stop() {
 #[test]
 fn transcript_hermes_approval_expiry_denies_then_a_quiet_409() {
     let mut s = Script::hermes();
-    s.text("clean up");
-    s.no_conversation();
-    s.head(202, &[]);
-    s.body(r#"{"run_id":"run_9"}"#);
-    s.end();
-    s.sse_head();
-    let events = s.last_call;
+    let events = s.start_run("clean up", "run_9");
     s.run_event(serde_json::json!({
         "event": "approval.request", "command": "rm -rf /tmp/x", "description": "",
         "choices": ["once", "session", "always", "deny"]
