@@ -53,6 +53,15 @@ def test_images_and_voice_are_still_attachments(tmp_path):
     assert voice.kind == "audio", "a voice note with the app's text must not be transcribed again"
 
 
+def test_a_photo_or_recording_sent_as_a_document_stays_an_attachment(tmp_path):
+    # Hermes sorts attachments by their own type (a PNG sent as a document still goes to
+    # vision), as it did before documents were inlined.
+    path, got = incoming(tmp_path, "scan.png", b"\x89PNG", "image/png")
+    assert (got.kind, got.media_urls, got.media_types) == ("document", [str(path)], ["image/png"])
+    _, clip = incoming(tmp_path, "memo.m4a", b"....", "audio/mp4")
+    assert clip.media_urls and clip.media_types == ["audio/mp4"]
+
+
 def test_a_file_the_gateway_could_not_save_becomes_a_note():
     got = asyncio.run(files.incoming("tel-1", "", {"kind": "document", "name": "x.txt", "error": "disk full"}))
     assert got.kind == "text" and "could not pass it on: disk full" in got.text

@@ -27,9 +27,10 @@ class FakeHermes:
         self.turns = Turns(lambda: self.inbox and self.inbox.poke())
         for table in (self.running, self.guards, self.registered):
             table.listeners.append(lambda: self.inbox.poke())
+        self.stale = set()
         self.hold = Hold(self.turns, lambda chat: KEY if chat == CHAT else None, lambda: self.running,
                          lambda: self.guards, lambda key: self.waits_for_user, lambda: self.ready,
-                         lambda key: key in self.registered)
+                         lambda key: key in self.registered, lambda key: key in self.stale)
 
     async def hand_over(self, ev):
         self.turns.handed(chat_id_for(ev["device"]))
@@ -138,6 +139,28 @@ def test_backlog_waits_for_hermes_to_release_the_session_guard():
         del h.guards[KEY]
         await settle()
         assert h.handed == ["alpha", "bravo"]
+
+    run(main())
+
+
+def test_a_stale_session_guard_does_not_hold_the_backlog():
+    """Hermes heals a guard whose owner task has exited only when the next message comes
+    (_session_task_is_stale): holding that message for the guard would wait for ever."""
+    async def main():
+        h = FakeHermes()
+        inbox = h.make_inbox()
+        inbox.link_up()
+        inbox.push(msg("alpha"))
+        inbox.push(msg("bravo"))
+        await settle()
+        h.turn_starts()
+        h.turn_ends(keep_guard=True)
+        await settle()
+        assert h.handed == ["alpha"]
+        h.stale.add(KEY)  # its owner task is done: the guard is stale
+        inbox.push(msg("charlie", device="tel-2"))  # any news makes the hold look again
+        await settle()
+        assert h.handed[:2] == ["alpha", "bravo"], h.handed
 
     run(main())
 

@@ -184,6 +184,14 @@ class HermesWaits:
             return 300 if kind == "slash_confirm" else None
 
 
+def _answered(entry: Any) -> bool:
+    """Hermes' queue entry was answered already (its event set or its result given)."""
+    try:
+        return bool(entry.event.is_set()) or getattr(entry, "result", None) is not None
+    except Exception:
+        return False
+
+
 def _safe_call(fn: Callable[[str], str], value: str) -> str:
     try:
         return fn(value)
@@ -317,7 +325,8 @@ class Cards:
         if queue is None:
             return None
         claimed = [s.get("entry") for s in self.prompts.values() if s.get("entry") is not None]
-        free = [e for e in queue if not any(e is c for c in claimed)]
+        # An entry already answered (its event set) is on its way out of Hermes' queue.
+        free = [e for e in queue if not any(e is c for c in claimed) and not _answered(e)]
         if not free:
             return GONE
 

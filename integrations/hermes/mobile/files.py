@@ -95,8 +95,9 @@ async def incoming(device: str, text: str, file: Optional[Dict[str, Any]]) -> In
         err = file.get("error") or why or "it could not be saved"
         note = f"[The user sent {name}, but the gateway could not pass it on: {err}]"
         return Incoming("text", f"{text}\n\n{note}" if text else note)
-    if kind == "document":
+    if kind == "document" and not mime.startswith(("image/", "audio/", "video/")):
         return Incoming(kind, await asyncio.to_thread(document_text, str(path), name, mime, text))
+    # Media, also when sent as a document: an attachment, which Hermes sorts by its type.
     return Incoming(kind, text, [str(path)], [mime])
 
 

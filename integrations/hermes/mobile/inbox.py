@@ -210,7 +210,9 @@ class Hold:
     agents and `guards()` its adapter's session guards (both keyed by session key);
     `asks(session_key)` whether Hermes waits for the user there; `ready()` whether
     Hermes is ready for messages at all; `registered(session_key)` whether a run of
-    the session still has its callbacks registered with Hermes' tools.
+    the session still has its callbacks registered with Hermes' tools; `stale(key)`
+    whether the session's guard outlived its owner task (Hermes heals such a guard
+    only when the next message comes, so it must not hold that message).
     """
 
     def __init__(
@@ -222,6 +224,7 @@ class Hold:
         asks: Callable[[str], bool],
         ready: Callable[[], bool] = lambda: True,
         registered: Callable[[str], bool] = lambda key: False,
+        stale: Callable[[str], bool] = lambda key: False,
     ):
         self.turns = turns
         self._session_key = session_key
@@ -229,6 +232,7 @@ class Hold:
         self._guards = guards
         self._asks = asks
         self._registered = registered
+        self._stale = stale
         self.ready = ready
 
     def busy(self, device: str) -> bool:
@@ -241,7 +245,9 @@ class Hold:
         # Hermes keeps the session's guard a little past on_processing_complete (its
         # cleanup awaits typing and debounce tasks first): a message handed over
         # before the guard goes is taken as an interruption of the turn that ended.
-        return key in (self._running() or {}) or key in (self._guards() or {})
+        if key in (self._running() or {}):
+            return True
+        return key in (self._guards() or {}) and not self._stale(key)
 
     def asks(self, device: str) -> bool:
         key = self._session_key(chat_id_for(device))

@@ -299,12 +299,14 @@ class Link:
             raise
 
     async def _serve(self, transport, welcome: Dict[str, Any]) -> None:
-        self._on_up(welcome)
-        self._transport = transport
-        self.ready.set()
-        logger.info("[mobile] linked to %s at %s", printable(welcome.get("gateway", "the gateway")),
-                    self.settings["where"])
         try:
+            # Inside the try: a welcome the adapter cannot use ends this connection
+            # (and the link tries again), not the link for good.
+            self._on_up(welcome)
+            self._transport = transport
+            self.ready.set()
+            logger.info("[mobile] linked to %s at %s", printable(welcome.get("gateway", "the gateway")),
+                        self.settings["where"])
             await self._read_loop(transport)
         except asyncio.CancelledError:
             raise
