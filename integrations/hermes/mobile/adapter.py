@@ -22,7 +22,6 @@ import os
 import re
 import secrets
 import time
-import weakref
 from typing import Any, Dict, List, Optional
 
 from gateway.config import Platform
@@ -47,7 +46,7 @@ from .common import (
     name_chat,
     printable,
 )
-from .inbox import Hold, Inbox, Turns, wake_from_anywhere, watch, watch_runner
+from .inbox import Hold, Inbox, Turns, guard_is_stale, wake_from_anywhere, watch, watch_guard_owners, watch_runner
 from .link import Link, LinkError, NotConnected, settings_of, standalone_send
 
 logger = logging.getLogger(__name__)
@@ -100,24 +99,13 @@ class MobileAdapter(BasePlatformAdapter):
         # Hermes' session guards (BasePlatformAdapter._active_sessions): a change
         # wakes the inbox, whose hold waits for the guard of the turn before.
         watch(self, "_active_sessions", self._wake)
-        # A guard's owner task (BasePlatformAdapter._session_tasks) that ends without
-        # clearing the guard leaves it stale; its end must wake the hold too.
-        self._owners_seen: "weakref.WeakSet" = weakref.WeakSet()
-        watch(self, "_session_tasks", self._watch_owner_tasks)
+        watch_guard_owners(self, self._wake)
         self._unwatch: List[Any] = []  # the watches on Hermes' runner
         hold = Hold(self._turns, self._session_key_for, self._running_agents, lambda: self._active_sessions,
-                    HermesWaits.asks, self._hermes_ready, HermesWaits.run_registered, self._guard_is_stale)
+                    HermesWaits.asks, self._hermes_ready, HermesWaits.run_registered,
+                    lambda key: guard_is_stale(self, key))
         self._inbox = Inbox(self._on_message, hold)
         ensure_home_channel(self.config, self.platform)
-
-    def _guard_is_stale(self, session_key: str) -> bool:
-        # Hermes' own test (BasePlatformAdapter._session_task_is_stale): the guard's owner
-        # task is done. Without it (another Hermes), no guard counts as stale.
-        check = getattr(self, "_session_task_is_stale", None)
-        try:
-            return bool(check and check(session_key))
-        except Exception:
-            return False
 
     # -- Hermes properties ---------------------------------------------------
 
@@ -170,13 +158,6 @@ class MobileAdapter(BasePlatformAdapter):
             )
         except Exception:
             return None
-
-    def _watch_owner_tasks(self) -> None:
-        for task in list(getattr(self, "_session_tasks", {}).values()):
-            if task in self._owners_seen or not hasattr(task, "add_done_callback"):
-                continue
-            self._owners_seen.add(task)
-            task.add_done_callback(lambda _task: self._wake())
 
     def _wake(self) -> None:
         inbox = getattr(self, "_inbox", None)

@@ -18,6 +18,7 @@ tables are watched through `WatchedDict`. No Hermes import here.
 from __future__ import annotations
 
 import asyncio
+import weakref
 import collections
 import logging
 import re
@@ -404,6 +405,31 @@ def wake_from_anywhere(wake: Callable[[], None]) -> Callable[[], None]:
             pass  # the loop is closed: nobody waits any more
 
     return wake_in_loop
+
+
+def guard_is_stale(adapter: Any, session_key: str) -> bool:
+    """Hermes' own test (BasePlatformAdapter._session_task_is_stale): the session guard's
+    owner task is done. Without it (another Hermes), no guard counts as stale."""
+    check = getattr(adapter, "_session_task_is_stale", None)
+    try:
+        return bool(check and check(session_key))
+    except Exception:
+        return False
+
+
+def watch_guard_owners(adapter: Any, wake: Callable[[], None]) -> None:
+    """A guard's owner task (BasePlatformAdapter._session_tasks) that ends without
+    clearing its guard leaves it stale: the end of each owner task wakes the hold."""
+    seen: "weakref.WeakSet" = weakref.WeakSet()
+
+    def on_change() -> None:
+        for task in list(getattr(adapter, "_session_tasks", {}).values()):
+            if task in seen or not hasattr(task, "add_done_callback"):
+                continue
+            seen.add(task)
+            task.add_done_callback(lambda _task: wake())
+
+    watch(adapter, "_session_tasks", on_change)
 
 
 def watch_runner(runner: Any, wake_threadsafe: Callable[[], None], wake: Callable[[], None]) -> list:
