@@ -77,6 +77,25 @@ export function base64ToBytes(b64) {
   return out;
 }
 
+/** Base64url without padding (RFC 4648 §5), as Web Push keys travel (RFC 8291, RFC 8292). */
+export function bytesToBase64Url(u8) {
+  return bytesToBase64(u8).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+}
+
+/** Decodes base64url or base64, with or without padding. Throws on anything else. */
+export function base64UrlToBytes(s) {
+  const b64 = String(s).replace(/-/g, '+').replace(/_/g, '/').replace(/=+$/, '');
+  return base64ToBytes(b64 + '='.repeat((4 - (b64.length % 4)) % 4));
+}
+
+// A push subscription key given as base64(url) text, an ArrayBuffer or bytes → base64url.
+function keyToBase64Url(k) {
+  if (typeof k === 'string') return bytesToBase64Url(base64UrlToBytes(k));
+  if (k instanceof ArrayBuffer) return bytesToBase64Url(new Uint8Array(k));
+  if (ArrayBuffer.isView(k)) return bytesToBase64Url(new Uint8Array(k.buffer, k.byteOffset, k.byteLength));
+  throw new HermesError('bad_frame', 'a subscription key is missing');
+}
+
 const lower = (v) => (typeof v === 'string' ? v.toLowerCase() : ''); // G2
 const isBlank = (s) => typeof s !== 'string' || s.trim() === '';
 
@@ -127,6 +146,14 @@ function defaultUrl() {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// The page's lifecycle events, where there is a page: a phone freezes a hidden tab and its
+// socket dies unnoticed, so coming back must reconnect at once. Null in Node or a worker.
+function defaultLifecycle() {
+  const doc = typeof document !== 'undefined' ? document : null;
+  const win = typeof window !== 'undefined' ? window : null;
+  return doc || win ? { document: doc, window: win } : null;
+}
+
 /**
  * The Protocol v1 client. See docs/web-client.md for options, methods and events.
  * Connection states: idle → connecting → online → offline (retrying) | noaccess | closed.
@@ -150,11 +177,17 @@ export class HermesClient extends EventTarget {
       resendConfirmed: !!opts.resendConfirmed,
       readyTimeoutMs: opts.readyTimeoutMs ?? 20000,
       typingIntervalMs: opts.typingIntervalMs ?? 2000,
+      requestTimeoutMs: opts.requestTimeoutMs ?? 15000,
+      wakeCheckMs: opts.wakeCheckMs ?? 5000,
       WebSocket: opts.WebSocket || globalThis.WebSocket,
     };
+    // {document, window} whose events wake the client; false for none.
+    this._lifecycle = opts.lifecycle === undefined ? defaultLifecycle() : opts.lifecycle || null;
+    this._unwatch = null;
     this.deviceId = this.opts.deviceId;
     this.state = 'idle';
     this.ready = null; // the last `ready` frame
+    this.capabilities = {}; // the last `ready` frame's capabilities
     this.maxTextChars = MAX_TEXT_CHARS;
     this.maxMediaBytes = MAX_MEDIA_BYTES;
     this.prompts = new Map(); // id → card (validateCard)
@@ -176,6 +209,8 @@ export class HermesClient extends EventTarget {
     this._messages = new Map(); // agent message id → join state (M1/M2)
     this._downloads = new Map(); // media id → parts being reassembled
     this._lastTyping = 0;
+    this._requests = new Map(); // frame id → a request waiting for its answer (push_*)
+    this._wakeTimer = null;
   }
 
   // ---- connection -------------------------------------------------------------------
@@ -188,6 +223,7 @@ export class HermesClient extends EventTarget {
     this._attempt = 0;
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
+    this._watch();
     if (!this._ws) this._open();
   }
 
@@ -202,8 +238,67 @@ export class HermesClient extends EventTarget {
     this._open();
   }
 
+  /**
+   * The app is in front again (a shown tab, a page back from the back/forward cache, the
+   * network back; a native app's foreground event): reconnect now, skipping the backoff,
+   * or, when the socket looks open, make sure it still lives (a frozen page's socket can be
+   * dead without a close). The page's events call it by themselves (option `lifecycle`).
+   * Like `reconnectNow()`, it does not take the device back after `replaced`.
+   */
+  resume() {
+    if (this._stopped || this._replaced || this.state === 'noaccess') return;
+    if (this._ws) {
+      if (this._isReady) this._checkAlive();
+      return; // still connecting: the ready timeout watches it
+    }
+    this._attempt = 0;
+    clearTimeout(this._retryTimer);
+    this._retryTimer = null;
+    this._open();
+  }
+
+  // A ping that must be answered within wakeCheckMs, or the connection is dropped (and,
+  // the page being shown, reopened at once).
+  _checkAlive() {
+    const conn = this._conn;
+    const since = Date.now();
+    this._ping();
+    clearTimeout(this._wakeTimer);
+    this._wakeTimer = setTimeout(() => {
+      if (conn === this._conn && this._lastRx < since) this._drop(conn, 0, 'silent');
+    }, this.opts.wakeCheckMs);
+  }
+
+  _hidden() {
+    const doc = this._lifecycle && this._lifecycle.document;
+    return !!doc && (doc.visibilityState === 'hidden' || doc.hidden === true);
+  }
+
+  // Listens to the page's lifecycle while connected; close() stops listening.
+  _watch() {
+    if (this._unwatch || !this._lifecycle) return;
+    const { document: doc, window: win } = this._lifecycle;
+    const wake = () => this.resume();
+    const onVisible = () => { if (!this._hidden()) this.resume(); };
+    const onPageShow = (e) => { if (e && e.persisted) this.resume(); };
+    const on = [];
+    const add = (target, type, fn) => {
+      if (target && typeof target.addEventListener === 'function') {
+        target.addEventListener(type, fn);
+        on.push([target, type, fn]);
+      }
+    };
+    add(doc, 'visibilitychange', onVisible);
+    add(doc, 'resume', wake); // Chrome's Page Lifecycle: a frozen page runs again
+    add(win, 'pageshow', onPageShow);
+    add(win, 'online', wake);
+    this._unwatch = () => on.forEach(([t, type, fn]) => t.removeEventListener(type, fn));
+  }
+
   /** Closes the connection for good; queued messages are kept until `connect()`. */
   close() {
+    if (this._unwatch) this._unwatch();
+    this._unwatch = null;
     this._stopped = true;
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
@@ -297,7 +392,10 @@ export class HermesClient extends EventTarget {
     this._isReady = false;
     clearInterval(this._pingTimer);
     clearTimeout(this._readyTimer);
-    this._pingTimer = this._readyTimer = null;
+    clearTimeout(this._wakeTimer);
+    this._pingTimer = this._readyTimer = this._wakeTimer = null;
+    // An answer cannot come on another connection (the gateway keeps no request state).
+    for (const id of [...this._requests.keys()]) this._settle(id, new HermesError('offline', 'the connection to the gateway was lost'));
   }
 
   // The connection `conn` ended (closed, refused, silent or without `ready`).
@@ -321,14 +419,23 @@ export class HermesClient extends EventTarget {
       this._setState('offline', { reason: 'replaced', retryAt: 0, retryInMs: 0 });
       return;
     }
+    const why = fatal || reason || String(code || '');
+    if (this._hidden()) {
+      // A hidden page may be frozen any moment: no retries in the background, which would
+      // only spin. Being shown again reconnects at once (resume()).
+      this._setState('offline', { reason: why, retryAt: 0, retryInMs: 0, attempt: this._attempt, paused: true });
+      return;
+    }
     const base = Math.min(this.opts.backoffMaxMs, this.opts.backoffMinMs * 2 ** this._attempt);
     const delay = Math.round(base * (0.5 + Math.random() * 0.5)); // exponential, with jitter
     this._attempt = Math.min(this._attempt + 1, 30);
     this._retryTimer = setTimeout(() => {
       this._retryTimer = null;
-      if (!this._stopped && !this._ws) this._open();
+      if (this._stopped || this._ws) return;
+      if (this._hidden()) this._setState('offline', { reason: why, retryAt: 0, retryInMs: 0, attempt: this._attempt, paused: true });
+      else this._open();
     }, delay);
-    this._setState('offline', { reason: fatal || reason || String(code || ''), retryAt: Date.now() + delay, retryInMs: delay, attempt: this._attempt });
+    this._setState('offline', { reason: why, retryAt: Date.now() + delay, retryInMs: delay, attempt: this._attempt });
   }
 
   _sendRaw(frame) {
@@ -351,6 +458,7 @@ export class HermesClient extends EventTarget {
     this._attempt = 0;
     this.ready = f;
     const caps = f.capabilities && typeof f.capabilities === 'object' ? f.capabilities : {};
+    this.capabilities = caps;
     if (Number.isInteger(caps.max_text_chars) && caps.max_text_chars > 0) this.maxTextChars = caps.max_text_chars;
     if (Number.isInteger(caps.max_media_bytes) && caps.max_media_bytes > 0) {
       this.maxMediaBytes = Math.min(caps.max_media_bytes, MAX_MEDIA_BYTES);
@@ -425,6 +533,13 @@ export class HermesClient extends EventTarget {
       case 'error':
         this._onError(f, conn);
         break;
+      case 'push_subscribed':
+      case 'push_unsubscribed':
+      case 'push_sent': {
+        const r = typeof f.id === 'string' && this._requests.get(f.id);
+        if (r && r.answer === t) this._settle(f.id, null, f);
+        break;
+      }
       default:
         break; // unknown types are ignored (protocol "Versioning")
     }
@@ -453,6 +568,13 @@ export class HermesClient extends EventTarget {
       id: typeof f.id === 'string' ? f.id : null,
     };
     if (detail.fatal) this._fatal = code;
+    // The answer to a request (push_*): its promise is rejected; `request` names its type so
+    // that a page showing every error can leave this one to the caller.
+    const req = detail.id && this._requests.get(detail.id);
+    if (req) {
+      detail.request = req.type;
+      this._settle(detail.id, new HermesError(code, detail.message || code));
+    }
     // G9: the error names the offending frame; a refused message is not sent again.
     const e = detail.id && this._outbox.find((x) => x.id === detail.id && x.conn === conn);
     detail.promptId = e && e.type === 'prompt' ? e.promptId : detail.id && this.prompts.has(detail.id) ? detail.id : null;
@@ -800,5 +922,78 @@ export class HermesClient extends EventTarget {
   /** Tells the gateway a message was shown (`ack`; the gateway ignores it). */
   ack(id) {
     if (this._isReady && typeof id === 'string') this._sendRaw({ t: 'ack', id });
+  }
+
+  // ---- requests: a frame answered by one frame with its id, or an `error` with it --------
+
+  // Not queued like messages: a request is about this moment (the user pressed a button),
+  // so offline it fails at once, and a lost connection or no answer in time rejects it.
+  _request(frame, answer) {
+    if (!this._isReady) return Promise.reject(new HermesError('offline', 'not connected to the gateway'));
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(
+        () => this._settle(frame.id, new HermesError('timeout', `the gateway did not answer ${frame.t}`)),
+        this.opts.requestTimeoutMs,
+      );
+      this._requests.set(frame.id, { type: frame.t, answer, resolve, reject, timer });
+      if (!this._sendRaw(frame)) this._settle(frame.id, new HermesError('offline', 'not connected to the gateway'));
+    });
+  }
+
+  _settle(id, err, frame) {
+    const r = this._requests.get(id);
+    if (!r) return;
+    this._requests.delete(id);
+    clearTimeout(r.timer);
+    if (err) r.reject(err);
+    else r.resolve(frame);
+  }
+
+  /**
+   * The gateway's Web Push public key (VAPID, base64url), or '' when it sends no pushes
+   * (push off, or a gateway older than the push extension).
+   */
+  get webPushKey() {
+    const push = this.capabilities.push;
+    const key = push && push.webpush && push.webpush.vapid_public_key;
+    return typeof key === 'string' ? key : '';
+  }
+
+  /**
+   * Registers a Web Push subscription (a PushSubscription, or its toJSON()) for this device:
+   * `push_subscribe`, answered `push_subscribed`. `appUrl` is the page's address, which the
+   * gateway puts in a notification's link. Keys go as base64url without padding. Resolves
+   * with the answer frame; rejects with a HermesError (the gateway's code: forbidden,
+   * bad_frame…; or offline, timeout).
+   */
+  pushSubscribe(subscription, appUrl) {
+    const s = subscription && typeof subscription.toJSON === 'function' ? subscription.toJSON() : subscription;
+    const endpoint = s && s.endpoint;
+    if (typeof endpoint !== 'string' || !/^https:\/\//i.test(endpoint)) {
+      return Promise.reject(new HermesError('bad_frame', 'the subscription has no https endpoint'));
+    }
+    let keys;
+    try {
+      const k = (s.keys && typeof s.keys === 'object' && s.keys) || {};
+      keys = { p256dh: keyToBase64Url(k.p256dh), auth: keyToBase64Url(k.auth) };
+    } catch (e) {
+      return Promise.reject(e instanceof HermesError ? e : new HermesError('bad_frame', 'a subscription key is not base64url'));
+    }
+    const frame = { t: 'push_subscribe', id: newId('ps'), subscription: { endpoint, keys } };
+    if (typeof appUrl === 'string' && appUrl) frame.app_url = appUrl;
+    return this._request(frame, 'push_subscribed');
+  }
+
+  /** Forgets this device's subscription at the gateway: `push_unsubscribe` → `push_unsubscribed`. */
+  pushUnsubscribe() {
+    return this._request({ t: 'push_unsubscribe', id: newId('pu') }, 'push_unsubscribed');
+  }
+
+  /**
+   * Asks the gateway to push a test notification to this device: `push_test` → `push_sent`.
+   * A refusal's message names the push service's answer (its HTTP status).
+   */
+  pushTest() {
+    return this._request({ t: 'push_test', id: newId('pt') }, 'push_sent');
   }
 }
