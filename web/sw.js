@@ -1,0 +1,150 @@
+// The service worker of the chat app (issue 18): it keeps the app shell so the app opens with
+// no network, and it shows push notifications. The gateway writes the build's version (a
+// digest of every other web file) over the placeholder below, so a changed file makes a new
+// sw.js, a new cache, and the old cache goes on activate.
+const BUILD = '__HERMES_BUILD__';
+const CACHE_PREFIX = 'hermes-shell-';
+const CACHE = CACHE_PREFIX + BUILD;
+
+// Only these same-origin paths are ever cached. Never /ws, /agent, /healthz, media, blob:
+// or data: URLs: they are live or private, and a stale copy would lie.
+const SHELL = [
+  '/', '/app.js', '/app.css', '/protocol.js', '/push.js', '/markdown.js', '/history.js',
+  '/vendor/markdown-it.min.js', '/icon.svg', '/manifest.webmanifest',
+  '/icons/icon-192.png', '/icons/icon-512.png', '/icons/maskable-512.png',
+  '/avatar/', '/avatar/avatar.css', '/avatar/avatar.js',
+];
+const SHELL_PATHS = new Set(SHELL);
+// A navigation waits this long for the network before the cached page is shown: a phone
+// on a dead Wi-Fi can hang a request for a minute.
+const NAVIGATION_TIMEOUT_MS = 4000;
+
+self.addEventListener('install', (event) => {
+  // cache: 'reload' skips the HTTP cache, so this version's cache holds this version's files.
+  event.waitUntil(
+    caches.open(CACHE)
+      .then((cache) => cache.addAll(SHELL.map((p) => new Request(p, { cache: 'reload' }))))
+      .then(() => self.skipWaiting()),
+  );
+});
+
+self.addEventListener('activate', (event) => {
+  event.waitUntil((async () => {
+    for (const name of await caches.keys()) {
+      if (name.startsWith(CACHE_PREFIX) && name !== CACHE) await caches.delete(name);
+    }
+    await self.clients.claim();
+  })());
+});
+
+self.addEventListener('fetch', (event) => {
+  const req = event.request;
+  if (req.method !== 'GET') return;
+  const url = new URL(req.url);
+  if (url.origin !== self.location.origin || !SHELL_PATHS.has(url.pathname)) return;
+  if (req.mode === 'navigate') event.respondWith(networkFirst(req, url.pathname));
+  else event.respondWith(cacheFirst(req, url.pathname));
+});
+
+// Pages: the network first, so a new build shows at once when online; the cache when not.
+async function networkFirst(req, path) {
+  const cache = await caches.open(CACHE);
+  try {
+    const res = await withTimeout(fetch(req), NAVIGATION_TIMEOUT_MS);
+    if (res.ok) await cache.put(path, res.clone());
+    return res;
+  } catch (err) {
+    const hit = await cache.match(path);
+    if (hit) return hit;
+    throw err;
+  }
+}
+
+// Scripts, styles and icons: this version's copy; the file names carry no version, the
+// cache name does.
+async function cacheFirst(req, path) {
+  const cache = await caches.open(CACHE);
+  const hit = await cache.match(path);
+  if (hit) return hit;
+  const res = await fetch(req);
+  if (res.ok) await cache.put(path, res.clone());
+  return res;
+}
+
+function withTimeout(promise, ms) {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('timeout')), ms);
+    promise.then((v) => { clearTimeout(timer); resolve(v); }, (e) => { clearTimeout(timer); reject(e); });
+  });
+}
+
+// ---- notifications ------------------------------------------------------------------------
+
+const KINDS = ['card', 'reply', 'deliver', 'test'];
+
+/**
+ * What a push payload asks to show: {title, body, tag, data: {kind, id, navigate}}.
+ * The gateway sends declarative Web Push (`"web_push": 8030` with `notification`), which
+ * iOS 18.4+ shows without running this worker; a plain {title, body} is taken too, and
+ * anything unreadable still gives a generic notification.
+ */
+function readPush(data) {
+  let p = null;
+  try {
+    p = data ? data.json() : null;
+  } catch {
+    p = null;
+  }
+  if (!p || typeof p !== 'object' || Array.isArray(p)) p = {};
+  const n = p.web_push === 8030 && p.notification && typeof p.notification === 'object' ? p.notification : p;
+  const h = p.hermes && typeof p.hermes === 'object' ? p.hermes : {};
+  const str = (v) => (typeof v === 'string' ? v : '');
+  return {
+    title: str(n.title) || 'Hermes',
+    body: str(n.body) || (str(n.title) ? '' : 'Something new from Hermes.'),
+    tag: str(n.tag),
+    data: { kind: KINDS.includes(h.kind) ? h.kind : '', id: str(h.id), navigate: str(n.navigate) },
+  };
+}
+
+self.addEventListener('push', (event) => {
+  // Always a notification, inside waitUntil: Safari revokes a subscription whose pushes
+  // show nothing.
+  const n = readPush(event.data);
+  const options = { body: n.body, icon: '/icons/icon-192.png', badge: '/icons/icon-192.png', data: n.data };
+  if (n.tag) options.tag = n.tag; // a newer notification about the same thing replaces it
+  event.waitUntil(self.registration.showNotification(n.title, options));
+});
+
+// The page that shows what the notification is about: its own `navigate` when it is on this
+// origin, else the app with #card=ID / #message=ID.
+function targetUrl(d) {
+  try {
+    const nav = d.navigate && new URL(d.navigate, self.registration.scope);
+    if (nav && nav.origin === self.location.origin) return nav.href;
+  } catch { /* not a URL: the scope below */ }
+  const url = new URL(self.registration.scope);
+  if (d.id && d.kind === 'card') url.hash = 'card=' + encodeURIComponent(d.id);
+  else if (d.id && (d.kind === 'reply' || d.kind === 'deliver')) url.hash = 'message=' + encodeURIComponent(d.id);
+  return url.href;
+}
+
+async function openFromNotification(d) {
+  const scope = new URL(self.registration.scope);
+  const wins = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
+  const win = wins.find((c) => new URL(c.url).pathname === scope.pathname) || wins.find((c) => c.url.startsWith(scope.href));
+  if (win) {
+    // An open chat brings the card or message into view itself; no reload, no second tab.
+    win.postMessage({ type: 'hermes-open', kind: d.kind || '', id: d.id || '' });
+    try {
+      await win.focus();
+    } catch { /* focus is only allowed from a real click */ }
+    return;
+  }
+  await self.clients.openWindow(targetUrl(d));
+}
+
+self.addEventListener('notificationclick', (event) => {
+  event.notification.close();
+  event.waitUntil(openFromNotification(event.notification.data || {}));
+});
