@@ -1,6 +1,7 @@
 // The chat app served at `/`. Everything the agent or the server sends is put in the page
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS, MAX_AUDIO_BYTES } from '/protocol.js';
+import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -797,6 +798,7 @@ function errorText(e) {
 }
 
 function onError({ detail: d }) {
+  if (d.request) return; // the answer to a request (push_*): its caller shows it
   notice(`Error from the gateway: ${d.code}${d.message ? ' — ' + d.message : ''}`, d.fatal ? 'fatal' : 'error');
   const c = d.promptId && cards.get(d.promptId);
   if (c && c.el.dataset.state === 'open') {
@@ -813,6 +815,7 @@ function showScreen(which) {
   ui.chat.hidden = !chat;
   ui.bar.hidden = !chat;
   ui.forget.hidden = !store.get(KEY_TOKEN) && !client;
+  push.show(chat);
   if (!chat) setTimeout(() => ui.tokenInput.focus(), 0);
 }
 
@@ -841,6 +844,7 @@ function start(token) {
   on('avatar', (e) => queueAvatar(e.detail.state));
   on('typing', (e) => showTyping(e.detail.active));
   on('error', onError);
+  on('ready', () => push.onReady(client));
   on('confirmed', (e) => markBubble(e.detail.id, 'final'));
   on('rejected', (e) => markBubble(e.detail.id, 'failed', `refused (${e.detail.code})`));
   on('unsent', (e) => markBubble(e.detail.id, 'failed', 'not delivered'));
@@ -895,6 +899,7 @@ function tokenFromFragment() {
 
 function forget() {
   if (rec) stopRecording(true);
+  push.forget(client); // before stop(): push_unsubscribe goes on the open connection
   stop();
   store.del(KEY_TOKEN);
   store.del(KEY_DEVICE);
@@ -927,9 +932,9 @@ window.addEventListener('hashchange', () => {
   const t = tokenFromFragment();
   if (t) pair(t);
 });
-// The network is back: skip the backoff wait, but never take the device back from the tab
-// that replaced this one (H5); reconnectNow() refuses that too.
-window.addEventListener('online', () => client && !client.replaced && client.reconnectNow());
+// The network back, a shown tab, a page back from the back/forward cache: HermesClient
+// reconnects by itself (resume()), and never takes the device back from the tab that
+// replaced this one (H5).
 document.addEventListener('visibilitychange', () => {
   // Another tab of this browser took the device over (H5); coming back takes it again.
   if (document.visibilityState === 'visible' && client && client.replaced) client.connect();
@@ -939,6 +944,11 @@ setInterval(() => {
   if (client && status.state === 'offline') renderStatus();
   for (const c of cards.values()) tickCard(c);
 }, 1000);
+
+// Install and notifications (issue 18, push.js).
+const push = initPush({ getClient: () => client, notice });
+initNotificationOpen(ui.messages);
+registerServiceWorker();
 
 (function boot() {
   const linked = tokenFromFragment();

@@ -1,0 +1,267 @@
+// Install and notifications (issue 18): registers the service worker, runs the
+// notifications control, and brings a card or message into view when a notification was
+// tapped. The protocol side (push_subscribe, push_test, push_unsubscribe) is HermesClient's;
+// this file is the page's.
+import { base64UrlToBytes } from '/protocol.js';
+
+const KEY_PUSH = 'hermes.push'; // the endpoint this browser registered at the gateway
+const FIND_WAIT_MS = 30000; // how long a tapped card may take to arrive after `ready`
+const HIGHLIGHT_MS = 2500;
+
+/** The facts push depends on, read from the browser (`explainNoPush` takes them). */
+export function browserEnv() {
+  const nav = typeof navigator !== 'undefined' ? navigator : {};
+  const standalone = nav.standalone === true ||
+    (typeof matchMedia === 'function' && matchMedia('(display-mode: standalone)').matches);
+  return {
+    secure: globalThis.isSecureContext === true,
+    userAgent: String(nav.userAgent || ''),
+    touchPoints: Number(nav.maxTouchPoints) || 0,
+    standalone,
+    supported: 'serviceWorker' in nav && typeof PushManager !== 'undefined' && typeof Notification !== 'undefined',
+    permission: typeof Notification !== 'undefined' ? Notification.permission : 'default',
+  };
+}
+
+function isIOS(env) {
+  // iPadOS says "Macintosh"; a Mac has no touch screen.
+  return /iPhone|iPad|iPod/.test(env.userAgent) || (/Macintosh/.test(env.userAgent) && env.touchPoints > 1);
+}
+
+/**
+ * Why notifications cannot work here, in one sentence, or '' when they can. `vapidKey` is
+ * the gateway's key ('' when the gateway sends no pushes; null while not yet known).
+ */
+export function explainNoPush(env, vapidKey) {
+  if (!env.secure) {
+    return 'Notifications need a secure page: open the chat over https (or on localhost), not plain http on the network.';
+  }
+  if (isIOS(env) && !env.standalone) {
+    return 'On iPhone and iPad, notifications work only in the app on the Home Screen: tap Share, then “Add to Home Screen”, and open Hermes from there.';
+  }
+  if (!env.supported) return 'This browser cannot receive push notifications.';
+  if (env.permission === 'denied') {
+    return 'Notifications are blocked for this site: allow them in the browser’s site settings, then try again.';
+  }
+  if (vapidKey === '') return 'Push is not available from this gateway (it is turned off there, or the gateway is older).';
+  return '';
+}
+
+/** Registers /sw.js for the whole app; where it cannot (plain http), the app works online. */
+export function registerServiceWorker() {
+  if (typeof navigator === 'undefined' || !('serviceWorker' in navigator) || !globalThis.isSecureContext) return null;
+  return navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch(() => null);
+}
+
+const store = {
+  get: () => { try { return localStorage.getItem(KEY_PUSH); } catch { return null; } },
+  set: (v) => { try { localStorage.setItem(KEY_PUSH, v); } catch { /* in memory only */ } },
+  del: () => { try { localStorage.removeItem(KEY_PUSH); } catch { /* nothing */ } },
+};
+
+async function registration() {
+  const reg = await Promise.race([
+    navigator.serviceWorker.ready,
+    new Promise((_, reject) => setTimeout(() => reject(new Error('the service worker did not start')), 10000)),
+  ]);
+  return reg;
+}
+
+function sameKey(sub, key) {
+  const have = sub.options && sub.options.applicationServerKey;
+  if (!have) return true; // not told: keep it
+  const a = new Uint8Array(have);
+  return a.length === key.length && a.every((b, i) => b === key[i]);
+}
+
+// A subscription for this gateway's key: the existing one, or a new one (a key changed at
+// the gateway makes the old subscription useless).
+async function subscribe(vapidKey) {
+  const reg = await registration();
+  const key = base64UrlToBytes(vapidKey);
+  let sub = await reg.pushManager.getSubscription();
+  if (sub && !sameKey(sub, key)) {
+    await sub.unsubscribe();
+    sub = null;
+  }
+  return sub || reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
+}
+
+async function currentSubscription() {
+  if (!browserEnv().supported || !globalThis.isSecureContext) return null;
+  try {
+    const reg = await navigator.serviceWorker.getRegistration('/');
+    return reg ? await reg.pushManager.getSubscription() : null;
+  } catch {
+    return null;
+  }
+}
+
+function gatewayError(e) {
+  const what = e && e.code ? `${e.code}${e.message && e.message !== e.code ? ': ' + e.message : ''}` : String((e && e.message) || e);
+  return `Notifications: ${what}`;
+}
+
+/**
+ * The notifications control: the bell (#push-button) opens #push-panel with the state
+ * sentence (#push-state), on/off (#push-toggle) and a test (#push-test). `getClient()` gives
+ * the current HermesClient or null; `notice(text)` shows a page notice.
+ */
+export function initPush({ getClient, notice }) {
+  const $ = (id) => document.getElementById(id);
+  const ui = { button: $('push-button'), panel: $('push-panel'), state: $('push-state'), toggle: $('push-toggle'), test: $('push-test') };
+  let on = false;
+  let busy = false;
+
+  function render() {
+    const client = getClient();
+    const why = explainNoPush(browserEnv(), client && client.ready ? client.webPushKey : null);
+    const state = why ? 'unavailable' : on ? 'on' : 'off';
+    ui.button.dataset.state = state;
+    ui.button.setAttribute('aria-label', state === 'on' ? 'Notifications: on' : state === 'off' ? 'Notifications: off' : 'Notifications: not available');
+    ui.button.title = ui.button.getAttribute('aria-label');
+    ui.state.dataset.state = state;
+    ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Notifications are off. Turn them on to hear about cards and replies while the app is closed.');
+    ui.toggle.hidden = !!why && !on;
+    ui.toggle.textContent = on ? 'Turn off notifications' : 'Turn on notifications';
+    ui.toggle.disabled = busy;
+    ui.test.hidden = !on;
+    ui.test.disabled = busy;
+  }
+
+  async function run(fn) {
+    if (busy) return;
+    busy = true;
+    render();
+    try {
+      await fn();
+    } catch (e) {
+      notice(e && e.name === 'NotAllowedError' ? explainNoPush({ ...browserEnv(), permission: 'denied' }, null) || 'Notifications were not allowed.' : gatewayError(e));
+    } finally {
+      busy = false;
+      render();
+    }
+  }
+
+  async function turnOn() {
+    const client = getClient();
+    if (!client || !client.online) throw new Error('connect to the gateway first');
+    const sub = await subscribe(client.webPushKey);
+    await client.pushSubscribe(sub.toJSON(), location.origin + location.pathname);
+    store.set(sub.endpoint);
+    on = true;
+  }
+
+  async function turnOff() {
+    const client = getClient();
+    const sub = await currentSubscription();
+    if (sub) await sub.unsubscribe();
+    store.del();
+    on = false;
+    if (client && client.online) await client.pushUnsubscribe();
+  }
+
+  ui.button.addEventListener('click', () => {
+    ui.panel.hidden = !ui.panel.hidden;
+    ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
+    render();
+  });
+  ui.toggle.addEventListener('click', () => run(on ? turnOff : turnOn));
+  ui.test.addEventListener('click', () => run(async () => {
+    await getClient().pushTest();
+    notice('A test notification is on its way.', 'info');
+  }));
+
+  return {
+    render,
+    /** The bell belongs to the chat screen. */
+    show(visible) {
+      ui.button.hidden = !visible;
+      if (!visible) ui.panel.hidden = true;
+      ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
+      render();
+    },
+    /** After `ready`: shows the state; a subscription the browser renewed is registered again. */
+    async onReady(client) {
+      const sub = await currentSubscription();
+      const known = store.get();
+      on = !!(sub && known);
+      render();
+      if (on && sub.endpoint !== known && client.webPushKey) {
+        client.pushSubscribe(sub.toJSON(), location.origin + location.pathname).then(() => store.set(sub.endpoint), () => {});
+      }
+    },
+    /** "Forget this device": the subscription goes, at the gateway too while connected. */
+    forget(client) {
+      if (client && client.online && store.get()) client.pushUnsubscribe().catch(() => {});
+      store.del();
+      on = false;
+      ui.panel.hidden = true;
+      currentSubscription().then((sub) => sub && sub.unsubscribe()).catch(() => {});
+      render();
+    },
+  };
+}
+
+// ---- opening what a notification was about ---------------------------------------------
+
+function findItem(box, kind, id) {
+  for (const n of box.children) {
+    if (kind === 'card' ? n.dataset.promptId === id : n.classList.contains('msg') && n.dataset.id === id) return n;
+  }
+  return null;
+}
+
+function reveal(n) {
+  n.scrollIntoView({ block: 'center', behavior: 'smooth' });
+  n.classList.add('highlight');
+  setTimeout(() => n.classList.remove('highlight'), HIGHLIGHT_MS);
+}
+
+/**
+ * Brings a card or message into view when a notification was tapped: the service worker's
+ * {type: 'hermes-open', kind, id} message to an open window, or #card=ID / #message=ID in
+ * the address of a window it opened. The card comes from the gateway after `ready`, so it
+ * is waited for (FIND_WAIT_MS at most).
+ */
+export function initNotificationOpen(box) {
+  let stop = null;
+  function open(kind, id) {
+    if (stop) stop();
+    if (!id) return;
+    kind = kind === 'card' ? 'card' : 'message';
+    const now = findItem(box, kind, id);
+    if (now) return reveal(now);
+    const obs = new MutationObserver(() => {
+      const n = findItem(box, kind, id);
+      if (n) {
+        stop();
+        reveal(n);
+      }
+    });
+    const timer = setTimeout(() => stop(), FIND_WAIT_MS);
+    stop = () => {
+      obs.disconnect();
+      clearTimeout(timer);
+      stop = null;
+    };
+    obs.observe(box, { childList: true });
+  }
+  function fromHash() {
+    const m = /^#(card|message)=([^&]+)$/.exec(location.hash);
+    if (!m) return;
+    history.replaceState(history.state, '', location.pathname + location.search);
+    let id;
+    try { id = decodeURIComponent(m[2]); } catch { return; }
+    open(m[1], id);
+  }
+  if (typeof navigator !== 'undefined' && navigator.serviceWorker) {
+    navigator.serviceWorker.addEventListener('message', (e) => {
+      const d = e.data;
+      if (d && d.type === 'hermes-open' && typeof d.id === 'string') open(d.kind === 'card' ? 'card' : 'message', d.id);
+    });
+  }
+  window.addEventListener('hashchange', fromHash);
+  fromHash();
+  return { open };
+}
