@@ -1,0 +1,192 @@
+// The chat's history on this device, in IndexedDB: one database per device id, so
+// "Forget this device" deletes exactly that device's records. No DOM here; app.js renders.
+//
+// A record is { key, seq, at, from, type, ... }: `key` is the bubble's key in the page
+// (server ids for agent messages and media, the app's own ids for user messages, `c:<id>`
+// for cards), so a record written twice is one record; `seq` orders the chat and stays the
+// same when a record is updated. Media records also carry `bytes` (their Blob's size).
+//
+// Writes are queued and flushed in one transaction a moment later, so rendering never waits
+// for the disk. Any IndexedDB failure (private mode, quota, a blocked open) turns history
+// off for this page with one console.warn: the chat goes on without it.
+
+export const MAX_RECORDS = 2000;
+export const MAX_MEDIA_BYTES = 50 * 1024 * 1024;
+const FLUSH_MS = 200;
+const DB_VERSION = 1;
+
+const dbName = (deviceId) => `hermes-history-${deviceId}`;
+
+function req(r) {
+  return new Promise((resolve, reject) => {
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+  });
+}
+
+function done(tx) {
+  return new Promise((resolve, reject) => {
+    tx.oncomplete = () => resolve();
+    tx.onerror = () => reject(tx.error);
+    tx.onabort = () => reject(tx.error || new Error('transaction aborted'));
+  });
+}
+
+function openDb(name) {
+  return new Promise((resolve, reject) => {
+    const r = indexedDB.open(name, DB_VERSION);
+    r.onupgradeneeded = () => {
+      const items = r.result.createObjectStore('items', { keyPath: 'key' });
+      items.createIndex('seq', 'seq', { unique: false });
+      // Only media records have `bytes`, so this index lists exactly them, oldest first,
+      // and its keys alone (no Blob read) are enough to sum their sizes.
+      items.createIndex('media', ['seq', 'bytes'], { unique: false });
+    };
+    r.onsuccess = () => resolve(r.result);
+    r.onerror = () => reject(r.error);
+    r.onblocked = () => reject(new Error('the history database is blocked by another tab'));
+  });
+}
+
+export class History {
+  constructor() {
+    this.db = null;
+    this.pending = new Map(); // key → record, the latest version wins
+    this.timer = null;
+    this.flushing = Promise.resolve();
+    this.lastSeq = 0;
+    this.warned = false;
+  }
+
+  // Resolves to a History that works, or does nothing once storage has failed.
+  static async open(deviceId) {
+    const h = new History();
+    try {
+      if (!globalThis.indexedDB) throw new Error('IndexedDB is not available');
+      h.db = await openDb(dbName(deviceId));
+      h.db.onversionchange = () => h.close(); // a Forget in another tab deletes it
+    } catch (e) {
+      h.fail(e);
+    }
+    return h;
+  }
+
+  // Deletes the device's database; resolves even when there was none or storage is off.
+  static async forget(deviceId) {
+    try {
+      await req(indexedDB.deleteDatabase(dbName(deviceId)));
+    } catch { /* nothing stored, nothing to clear */ }
+  }
+
+  get enabled() {
+    return this.db !== null;
+  }
+
+  fail(e) {
+    this.close();
+    if (!this.warned) console.warn('Chat history is off in this browser:', e && e.message ? e.message : e);
+    this.warned = true;
+  }
+
+  close() {
+    clearTimeout(this.timer);
+    this.pending.clear();
+    if (this.db) this.db.close();
+    this.db = null;
+  }
+
+  // Time-based, so ids from an earlier page load sort before this one's.
+  nextSeq() {
+    this.lastSeq = Math.max(Date.now() * 1000, this.lastSeq + 1);
+    return this.lastSeq;
+  }
+
+  put(record) {
+    if (!this.db) return;
+    this.pending.set(record.key, record);
+    if (!this.timer) this.timer = setTimeout(() => this.flush(), FLUSH_MS);
+  }
+
+  // Writes what is queued, then drops the oldest records beyond the bounds.
+  flush() {
+    clearTimeout(this.timer);
+    this.timer = null;
+    if (!this.db || !this.pending.size) return this.flushing;
+    const batch = [...this.pending.values()];
+    this.pending.clear();
+    this.flushing = this.flushing.then(() => this.write(batch)).catch((e) => this.fail(e));
+    return this.flushing;
+  }
+
+  async write(batch) {
+    if (!this.db) return;
+    const tx = this.db.transaction('items', 'readwrite');
+    const items = tx.objectStore('items');
+    for (const r of batch) items.put(r);
+    await done(tx);
+    await this.prune();
+  }
+
+  async prune() {
+    const tx = this.db.transaction('items', 'readwrite');
+    const items = tx.objectStore('items');
+    const extra = (await req(items.count())) - MAX_RECORDS;
+    if (extra > 0) {
+      const keys = await req(items.index('seq').getAllKeys(null, extra)); // the oldest
+      for (const k of keys) items.delete(k);
+    }
+    // Media, newest first: every record past the budget goes. A key cursor reads no Blob.
+    let total = 0;
+    await new Promise((resolve, reject) => {
+      const r = items.index('media').openKeyCursor(null, 'prev');
+      r.onerror = () => reject(r.error);
+      r.onsuccess = () => {
+        const c = r.result;
+        if (!c) return resolve();
+        total += c.key[1];
+        if (total > MAX_MEDIA_BYTES) items.delete(c.primaryKey);
+        c.continue();
+      };
+    });
+    await done(tx);
+  }
+
+  // Up to `n` records with seq below `before` (all when null), oldest first.
+  async page(before, n) {
+    if (!this.db) return [];
+    await this.flush();
+    try {
+      const tx = this.db.transaction('items', 'readonly');
+      const range = before == null ? null : IDBKeyRange.upperBound(before, true);
+      const out = [];
+      await new Promise((resolve, reject) => {
+        const r = tx.objectStore('items').index('seq').openCursor(range, 'prev');
+        r.onerror = () => reject(r.error);
+        r.onsuccess = () => {
+          const c = r.result;
+          if (!c || out.length >= n) return resolve();
+          out.push(c.value);
+          c.continue();
+        };
+      });
+      return out.reverse();
+    } catch (e) {
+      this.fail(e);
+      return [];
+    }
+  }
+
+  // Up to `n` records with seq above `after`, oldest first.
+  async pageAfter(after, n) {
+    if (!this.db) return [];
+    await this.flush();
+    try {
+      const tx = this.db.transaction('items', 'readonly');
+      const index = tx.objectStore('items').index('seq');
+      return await req(index.getAll(IDBKeyRange.lowerBound(after, true), n));
+    } catch (e) {
+      this.fail(e);
+      return [];
+    }
+  }
+}
