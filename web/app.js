@@ -2,6 +2,9 @@
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS, MAX_AUDIO_BYTES } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
+import { kindFromMime } from '/protocol.js';
+import { renderMarkdown } from '/markdown.js';
+import { History } from '/history.js';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -84,52 +87,6 @@ function notice(text, kind = 'error') {
 }
 ui.notice.addEventListener('click', () => (ui.notice.textContent = ''));
 
-// ---- rich text: fenced code in <pre><code>, http(s) links; everything else as text nodes ----
-
-const FENCE = /```[^\n`]*\n?([\s\S]*?)(?:```|$)/g;
-const URL_RE = /\bhttps?:\/\/[^\s<>"'`]+/gi;
-
-function appendLinked(parent, s) {
-  let last = 0;
-  for (const m of s.matchAll(URL_RE)) {
-    let url = m[0];
-    for (;;) {
-      const c = url.at(-1);
-      if ('.,;:!?\'"'.includes(c)) url = url.slice(0, -1);
-      else if (c === ')' && url.split('(').length < url.split(')').length) url = url.slice(0, -1);
-      else if (c === ']' || c === '}' || c === '>') url = url.slice(0, -1);
-      else break;
-    }
-    let ok = false;
-    try { ok = ['http:', 'https:'].includes(new URL(url).protocol); } catch { ok = false; }
-    if (!ok) continue;
-    if (m.index > last) parent.append(s.slice(last, m.index));
-    const a = el('a', null, url);
-    a.href = url;
-    a.target = '_blank';
-    a.rel = 'noopener noreferrer';
-    parent.append(a);
-    last = m.index + url.length;
-  }
-  if (last < s.length) parent.append(s.slice(last));
-}
-
-function renderText(target, text) {
-  const frag = document.createDocumentFragment();
-  let last = 0;
-  for (const m of text.matchAll(FENCE)) {
-    // The line breaks around a block are the block's own edges, not blank lines.
-    if (m.index > last) appendLinked(frag, text.slice(last, m.index).replace(/\n$/, ''));
-    const pre = el('pre');
-    pre.append(el('code', null, m[1].replace(/\n$/, '')));
-    frag.append(pre);
-    last = m.index + m[0].length;
-    if (text[last] === '\n') last++;
-  }
-  if (last < text.length) appendLinked(frag, text.slice(last));
-  target.replaceChildren(frag);
-}
-
 // ---- the message list ----------------------------------------------------------------------
 
 function nearBottom() {
@@ -147,16 +104,23 @@ function keepBottom(stick, fn) {
 // `key` tells bubbles apart in this page: agent message and media ids are the agent's and
 // may come again after a restart; user ids are ours.
 function bubble(from, id, key = id) {
+  attachLive();
+  const m = newBubble(from, id, key, nextSeq(), new Date());
+  ui.messages.append(m);
+  trimMessages();
+  return m;
+}
+
+// A bubble not yet in the page: a live one (bubble()) or one from history.
+function newBubble(from, id, key, seq, at) {
   const m = el('div', 'msg');
   m.dataset.from = from;
   m.dataset.id = id;
   m.dataset.final = 'false';
-  const meta = el('span', 'msg-meta', fmtTime());
-  m.append(meta);
-  ui.messages.append(m);
+  m.dataset.seq = String(seq);
+  m.append(el('span', 'msg-meta', fmtTime(at)));
   bubbles.set(key, m);
   owned.set(m, { key, urls: [] });
-  trimMessages();
   return m;
 }
 
@@ -183,18 +147,22 @@ function trimMessages() {
   const height = box.scrollHeight;
   for (let n = box.firstElementChild; n && extra > 0;) {
     const next = n.nextElementSibling;
-    if (!(n.classList.contains('card') && n.dataset.state === 'open')) {
+    if (!isOpenCard(n)) {
       dropItem(n);
       extra--;
+      past.noOlder = false; // what was dropped can be loaded again from history
     }
     n = next;
   }
   box.scrollTop = top - (height - box.scrollHeight);
 }
 
+const isOpenCard = (n) => n.classList.contains('card') && n.dataset.state === 'open';
+
 function mediaBubble(id) {
   const m = bubbles.get('f:' + id);
-  return m && m.dataset.final !== 'true' ? m : bubble('agent', id, 'f:' + id);
+  // One from history is the same file delivered again after a reload: it is replaced.
+  return m && (m.dataset.final !== 'true' || past.restored.has(m)) ? m : bubble('agent', id, 'f:' + id);
 }
 
 function setBody(m, ...nodes) {
@@ -205,6 +173,7 @@ function markBubble(id, state, why) {
   const m = bubbles.get(id);
   if (!m) return;
   if (state === 'final') m.dataset.final = 'true';
+  if (state === 'final' || state === 'failed') rememberPatch(m, { final: state === 'final', failed: state === 'failed' ? why : undefined });
   if (state === 'failed') {
     m.classList.add('failed');
     m.querySelector('.msg-meta').textContent = `${fmtTime()} · ${why}`;
@@ -216,12 +185,166 @@ function markBubble(id, state, why) {
   }
 }
 
+// ---- history (history.js): this device's chat, shown again after a reload or offline -------
+//
+// #messages is a window of at most MAX_ITEMS over the history: scrolling to the top loads
+// older items and, past the cap, drops the newest ones; scrolling back down loads them again.
+// Anything live while the window is away from the end first brings it back there.
+
+const PAGE_FIRST = 100; // items shown at start
+const PAGE = 50; // items loaded per scroll to an end
+const past = {
+  history: null, // History of this device (history.js), or null before start()
+  device: null,
+  restored: new WeakSet(), // elements shown from history, not from this connection
+  records: new WeakMap(), // element → its record, kept so that an update rewrites it whole
+  noOlder: false, // the window's first item is the oldest kept
+  detached: false, // the newest items are not in the window
+  loading: false,
+};
+
+function nextSeq() {
+  return past.history ? past.history.nextSeq() : Date.now() * 1000;
+}
+
+async function openHistory(deviceId) {
+  if (past.history && past.device === deviceId) return;
+  if (past.history) past.history.close();
+  past.device = deviceId;
+  past.noOlder = false;
+  past.history = await History.open(deviceId);
+  await loadOlder(PAGE_FIRST);
+}
+
+function forgetHistory(deviceId) {
+  if (past.history) past.history.close();
+  past.history = null;
+  past.device = null;
+  past.detached = false;
+  if (deviceId) History.forget(deviceId);
+}
+
+// Keeps element `n`'s item in history under `key`; the write happens a moment later.
+function remember(n, key, record) {
+  const r = { ...record, key, seq: Number(n.dataset.seq), at: past.records.get(n)?.at || Date.now() };
+  past.records.set(n, r);
+  if (past.history) past.history.put(r);
+}
+
+function rememberPatch(n, patch) {
+  const r = past.records.get(n);
+  if (r) remember(n, r.key, Object.assign(r, patch));
+}
+
+// The element for a record, or null when it is already in the page (the live one wins).
+function fromRecord(r) {
+  if (r.type === 'card') {
+    if (cards.has(r.id) || !r.card) return null;
+    const c = { el: cardElement(r.card), card: r.card };
+    cards.set(r.id, c);
+    // Still open when it was stored: closed now, until the gateway sends it open again.
+    closeCard(c, r.state === 'open' ? 'closed' : r.state, r.state === 'open' ? 'closed' : r.result || r.state, r.optionId || null);
+    return stamp(c.el, r);
+  }
+  if (bubbles.has(r.key)) return null;
+  const m = newBubble(r.from, r.id || r.key, r.key, r.seq, new Date(r.at));
+  if (r.type === 'media') showMedia(m, r.media, r.from === 'agent');
+  else if (r.from === 'agent') setBody(m, markdownText(r.text));
+  else setBody(m, el('div', 'msg-text', r.text));
+  m.dataset.final = 'true';
+  if (r.from === 'user' && !r.final) {
+    // Not confirmed before the page went away: it was not sent, and nothing re-sends it.
+    m.classList.add('failed');
+    m.querySelector('.msg-meta').textContent = `${fmtTime(new Date(r.at))} · ${r.failed || 'not sent'}`;
+  }
+  return stamp(m, r);
+}
+
+function stamp(n, r) {
+  n.dataset.seq = String(r.seq);
+  past.restored.add(n);
+  past.records.set(n, r);
+  return n;
+}
+
+function markdownText(text) {
+  const t = el('div', 'msg-text');
+  renderMarkdown(t, text);
+  return t;
+}
+
+// Puts up to `n` items older than the window's first one above it, the view kept still.
+async function loadOlder(n = PAGE) {
+  if (!past.history || !past.history.enabled || past.loading || past.noOlder) return;
+  past.loading = true;
+  try {
+    const first = ui.messages.firstElementChild;
+    const records = await past.history.page(first ? Number(first.dataset.seq) : null, n);
+    if (records.length < n) past.noOlder = true;
+    const nodes = records.map(fromRecord).filter(Boolean);
+    if (!nodes.length) return;
+    const box = ui.messages;
+    const fromBottom = box.scrollHeight - box.scrollTop;
+    const wasEmpty = !box.firstElementChild;
+    box.prepend(...nodes);
+    dropNewest(box.childElementCount - MAX_ITEMS);
+    box.scrollTop = wasEmpty ? box.scrollHeight : box.scrollHeight - fromBottom;
+  } finally {
+    past.loading = false;
+  }
+}
+
+// Past the cap after loading older items: the newest go (they are in history).
+function dropNewest(extra) {
+  for (let n = ui.messages.lastElementChild; n && extra > 0;) {
+    const prev = n.previousElementSibling;
+    if (!isOpenCard(n)) {
+      dropItem(n);
+      extra--;
+      past.detached = true;
+    }
+    n = prev;
+  }
+}
+
+// The window is away from the end and the user scrolled down: the next newer items.
+async function loadNewer() {
+  if (!past.history || past.loading || !past.detached) return;
+  past.loading = true;
+  try {
+    const last = [...ui.messages.children].filter((n) => !isOpenCard(n)).at(-1);
+    const records = await past.history.pageAfter(last ? Number(last.dataset.seq) : 0, PAGE);
+    if (records.length < PAGE) past.detached = false;
+    const nodes = records.map(fromRecord).filter(Boolean);
+    if (last) last.after(...nodes);
+    else ui.messages.append(...nodes);
+    trimMessages();
+  } finally {
+    past.loading = false;
+  }
+}
+
+// Something live while the window shows older items: back to the end first, then the
+// items before it load as the user scrolls up.
+function attachLive() {
+  if (!past.detached) return;
+  past.detached = false;
+  past.noOlder = false;
+  for (const n of [...ui.messages.children]) if (!isOpenCard(n)) dropItem(n);
+  setTimeout(() => loadOlder(PAGE), 0);
+}
+
+ui.messages.addEventListener('scroll', () => {
+  const m = ui.messages;
+  if (m.scrollTop < 200) loadOlder();
+  else if (past.detached && m.scrollHeight - m.scrollTop - m.clientHeight < 200) loadNewer();
+}, { passive: true });
+
 function addUserText(id, text) {
   keepBottom(true, () => {
     const m = bubble('user', id);
-    const t = el('div', 'msg-text');
-    renderText(t, text);
-    setBody(m, t);
+    setBody(m, el('div', 'msg-text', text)); // the user's own words: plain text, no Markdown
+    remember(m, id, { from: 'user', type: 'text', id, text, final: false });
   });
 }
 
@@ -233,9 +356,10 @@ function onAgentMessage({ detail: d }) {
       t = el('div', 'msg-text');
       setBody(m, t);
     }
-    renderText(t, d.text); // M2: the latest version replaces the bubble's text in place
+    renderMarkdown(t, d.text); // M2: the latest version replaces the bubble's text in place
     m.dataset.final = String(d.final);
     m.setAttribute('aria-busy', String(!d.final));
+    if (d.final) remember(m, 'm:' + d.key, { from: 'agent', type: 'text', id: d.id, text: d.text, final: true });
   });
   if (d.final) client.ack(d.id);
 }
@@ -260,47 +384,62 @@ function onMediaProgress({ detail: d }) {
 function onMedia({ detail: d }) {
   keepBottom(false, () => {
     const m = mediaBubble(d.id);
-    const mime = (d.mime || '').toLowerCase().split(';')[0].trim();
-    const name = safeName(d.filename || d.kind);
-    const nodes = [];
-    if (d.url) {
-      let href = null;
-      try { if (['http:', 'https:'].includes(new URL(d.url).protocol)) href = d.url; } catch { href = null; }
-      const a = el(href ? 'a' : 'span', 'media-url');
-      a.append(icon('link'), el('span', null, d.filename || d.url));
-      if (href) Object.assign(a, { href, target: '_blank', rel: 'noopener noreferrer' });
-      nodes.push(a);
-    } else if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
-      const img = el('img', 'media-image');
-      img.alt = name;
-      img.src = blobUrl(new Blob([d.blob], { type: mime }), m);
-      img.addEventListener('load', () => keepBottom(false, () => img.classList.toggle('tiny', img.naturalWidth < 64 && img.naturalHeight < 64)), { once: true });
-      // Not decodable after all: the same URL (a raster type, never a document) as a download.
-      img.addEventListener('error', () => img.replaceWith(downloadLink(d, name, m, img.src)), { once: true });
-      nodes.push(img);
-    } else if (['voice', 'video', 'animation', 'document'].includes(d.kind) && /^(audio|video)\//.test(mime)) {
-      const video = mime.startsWith('video/');
-      const media = el(video ? 'video' : 'audio', video ? 'media-video' : 'media-audio');
-      media.controls = true;
-      media.preload = 'metadata';
-      if (video) media.playsInline = true;
-      media.src = blobUrl(new Blob([d.blob], { type: mime }), m);
-      nodes.push(media);
-      // A document that is audio or video plays inline and can still be saved as a file.
-      if (d.kind === 'document') nodes.push(downloadLink(d, name, m, media.src));
-    } else {
-      nodes.push(downloadLink(d, name, m));
-    }
-    if (d.caption) {
-      const t = el('div', 'msg-text');
-      renderText(t, d.caption);
-      nodes.push(t);
-    }
-    setBody(m, ...nodes);
-    m.classList.add('has-media');
-    m.dataset.final = 'true';
+    showMedia(m, d, true);
+    remember(m, 'f:' + d.id, mediaRecord('agent', d.id, d));
   });
   client.ack(d.id);
+}
+
+// A media item as history keeps it: the Blob itself (IndexedDB stores it), its name and type.
+function mediaRecord(from, id, d) {
+  const media = { kind: d.kind, mime: d.mime, filename: d.filename, caption: d.caption, size: d.size, url: d.url, blob: d.blob };
+  const r = { from, type: 'media', id, media, final: from === 'agent' };
+  if (d.blob) r.bytes = d.blob.size; // only media with bytes count against the media budget
+  return r;
+}
+
+// The body of media bubble `m`. `markdown`: the caption is the agent's, so Markdown.
+function showMedia(m, d, markdown) {
+  const mime = (d.mime || '').toLowerCase().split(';')[0].trim();
+  const name = safeName(d.filename || d.kind);
+  const nodes = [];
+  if (d.url) {
+    let href = null;
+    try { if (['http:', 'https:'].includes(new URL(d.url).protocol)) href = d.url; } catch { href = null; }
+    const a = el(href ? 'a' : 'span', 'media-url');
+    a.append(icon('link'), el('span', null, d.filename || d.url));
+    if (href) Object.assign(a, { href, target: '_blank', rel: 'noopener noreferrer' });
+    nodes.push(a);
+  } else if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
+    const img = el('img', 'media-image');
+    img.alt = name;
+    img.src = blobUrl(new Blob([d.blob], { type: mime }), m);
+    img.addEventListener('load', () => keepBottom(false, () => img.classList.toggle('tiny', img.naturalWidth < 64 && img.naturalHeight < 64)), { once: true });
+    // Not decodable after all: the same URL (a raster type, never a document) as a download.
+    img.addEventListener('error', () => img.replaceWith(downloadLink(d, name, m, img.src)), { once: true });
+    nodes.push(img);
+  } else if (['voice', 'video', 'animation', 'document'].includes(d.kind) && /^(audio|video)\//.test(mime)) {
+    const video = mime.startsWith('video/');
+    const media = el(video ? 'video' : 'audio', video ? 'media-video' : 'media-audio');
+    media.controls = true;
+    media.preload = 'metadata';
+    if (video) media.playsInline = true;
+    media.src = blobUrl(new Blob([d.blob], { type: mime }), m);
+    nodes.push(media);
+    // A document that is audio or video plays inline and can still be saved as a file.
+    if (d.kind === 'document') nodes.push(downloadLink(d, name, m, media.src));
+  } else {
+    nodes.push(downloadLink(d, name, m));
+  }
+  if (d.caption) {
+    const t = el('div', 'msg-text');
+    if (markdown) renderMarkdown(t, d.caption);
+    else t.textContent = d.caption;
+    nodes.push(t);
+  }
+  setBody(m, ...nodes);
+  m.classList.add('has-media');
+  m.dataset.final = 'true';
 }
 
 // `href`: a blob: URL of this bubble to reuse; otherwise a new application/octet-stream one.
@@ -329,50 +468,62 @@ function onPrompt({ detail: { card, repeat } }) {
     return;
   }
   keepBottom(false, () => {
-    const c = el('div', 'card');
-    c.dataset.promptId = card.id;
-    c.dataset.kind = card.kind;
-    c.dataset.state = 'open';
-    c.setAttribute('role', 'group');
-    c.setAttribute('aria-label', CARD_TITLES[card.kind]);
-    c.append(el('div', 'card-head', CARD_TITLES[card.kind]));
-    if (card.text) c.append(el('p', 'card-text', card.text));
-    if (card.kind === 'exec_approval' || card.command) c.append(el('pre', 'card-command', card.command));
-    if (card.description) c.append(el('p', 'card-description', card.description));
-    const opts = el('div', 'card-options');
-    for (const o of card.options) {
-      const b = el('button', 'card-option' + (o.style ? ' ' + o.style : ''), o.label);
-      b.type = 'button';
-      b.dataset.optionId = o.id;
-      b.addEventListener('click', () => choose(card.id, o.id, b));
-      opts.append(b);
-    }
-    c.append(opts);
-    const other = el('div', 'card-other');
-    other.hidden = true;
-    const input = el('textarea', 'card-other-input');
-    input.rows = 2;
-    input.placeholder = 'Your answer';
-    input.setAttribute('aria-label', 'Your answer');
-    const send = el('button', 'card-other-send', 'Send');
-    send.type = 'button';
-    send.addEventListener('click', () => answerOther(card.id));
-    input.addEventListener('keydown', (e) => {
-      if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
-        e.preventDefault();
-        answerOther(card.id);
-      }
-    });
-    other.append(input, send);
-    c.append(other);
-    const foot = el('div', 'card-foot');
-    foot.append(el('span', 'card-countdown'), el('span', 'card-result'));
-    c.append(foot);
-    ui.messages.append(c);
+    // Shown from history as closed, and open after all: the live card takes its place.
+    const old = known && past.restored.has(known.el) ? known.el : null;
+    if (!old) attachLive();
+    const c = cardElement(card);
+    c.dataset.seq = old ? old.dataset.seq : String(nextSeq());
+    if (old) old.replaceWith(c);
+    else ui.messages.append(c);
     cards.set(card.id, { el: c, card });
+    remember(c, 'c:' + card.id, { type: 'card', id: card.id, card, state: 'open' });
     tickCard(cards.get(card.id));
     trimMessages();
   });
+}
+
+// A card's element with its buttons wired to the live connection.
+function cardElement(card) {
+  const c = el('div', 'card');
+  c.dataset.promptId = card.id;
+  c.dataset.kind = card.kind;
+  c.dataset.state = 'open';
+  c.setAttribute('role', 'group');
+  c.setAttribute('aria-label', CARD_TITLES[card.kind]);
+  c.append(el('div', 'card-head', CARD_TITLES[card.kind]));
+  if (card.text) c.append(el('p', 'card-text', card.text));
+  if (card.kind === 'exec_approval' || card.command) c.append(el('pre', 'card-command', card.command));
+  if (card.description) c.append(el('p', 'card-description', card.description));
+  const opts = el('div', 'card-options');
+  for (const o of card.options) {
+    const b = el('button', 'card-option' + (o.style ? ' ' + o.style : ''), o.label);
+    b.type = 'button';
+    b.dataset.optionId = o.id;
+    b.addEventListener('click', () => choose(card.id, o.id, b));
+    opts.append(b);
+  }
+  c.append(opts);
+  const other = el('div', 'card-other');
+  other.hidden = true;
+  const input = el('textarea', 'card-other-input');
+  input.rows = 2;
+  input.placeholder = 'Your answer';
+  input.setAttribute('aria-label', 'Your answer');
+  const send = el('button', 'card-other-send', 'Send');
+  send.type = 'button';
+  send.addEventListener('click', () => answerOther(card.id));
+  input.addEventListener('keydown', (e) => {
+    if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+      e.preventDefault();
+      answerOther(card.id);
+    }
+  });
+  other.append(input, send);
+  c.append(other);
+  const foot = el('div', 'card-foot');
+  foot.append(el('span', 'card-countdown'), el('span', 'card-result'));
+  c.append(foot);
+  return c;
 }
 
 function setCardBusy(c, busy, chosen) {
@@ -423,10 +574,17 @@ function onPromptDone({ detail: d }) {
   const c = cards.get(d.id);
   if (!c) return;
   // P5: an expired card may name its safe default; it is shown as "expired" all the same.
-  c.el.dataset.state = d.expired ? 'expired' : 'done';
-  setCardBusy(c, true, d.expired ? null : d.optionId);
   const other = c.card.answer && c.card.answer.optionId === 'other' ? c.card.answer.text : null;
-  c.el.querySelector('.card-result').textContent = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : d.label || d.optionId || 'done';
+  const result = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : d.label || d.optionId || 'done';
+  closeCard(c, d.expired ? 'expired' : 'done', result, d.expired ? null : d.optionId);
+  rememberPatch(c.el, { state: c.el.dataset.state, result, optionId: d.optionId });
+}
+
+// `state`: done, expired, or closed (from history, with no answer known to this page).
+function closeCard(c, state, result, chosen) {
+  c.el.dataset.state = state;
+  setCardBusy(c, true, chosen);
+  c.el.querySelector('.card-result').textContent = result;
   c.el.querySelector('.card-countdown').textContent = '';
 }
 
@@ -610,6 +768,7 @@ function uploadFiles(files) {
     }
     if (caption) nodes.push(el('div', 'msg-text', caption));
     setBody(m, ...nodes);
+    remember(m, id, mediaRecord('user', id, { kind: kindFromMime(f.type), mime: f.type, filename: name, caption, size: f.size, blob: f }));
     ui.messages.scrollTop = ui.messages.scrollHeight;
     try {
       client.sendFile(f, {
@@ -745,6 +904,7 @@ async function finishRecording(chunks, type) {
     const label = el('div', 'voice-label');
     label.append(icon('mic'), `Voice message · ${Math.floor(secs / 60)}:${String(secs % 60).padStart(2, '0')}`);
     setBody(m, label, audio);
+    remember(m, id, mediaRecord('user', id, { kind: 'voice', mime: 'audio/wav', filename: 'voice.wav', caption: '', size: wav.size, blob: wav }));
   });
   try {
     client.sendAudio(wav, { format: 'wav', id });
@@ -849,7 +1009,12 @@ function start(token) {
   on('rejected', (e) => markBubble(e.detail.id, 'failed', `refused (${e.detail.code})`));
   on('unsent', (e) => markBubble(e.detail.id, 'failed', 'not delivered'));
   showScreen('chat');
-  client.connect();
+  const c = client;
+  // History is shown before the socket is back (a reload, an offline start); a storage
+  // that does not answer within a moment does not hold the connection up.
+  Promise.race([openHistory(deviceId), new Promise((r) => setTimeout(r, 1500))]).then(() => {
+    if (client === c) c.connect();
+  });
   updateComposer();
 }
 
@@ -901,6 +1066,7 @@ function forget() {
   if (rec) stopRecording(true);
   push.forget(client); // before stop(): push_unsubscribe goes on the open connection
   stop();
+  forgetHistory(store.get(KEY_DEVICE));
   store.del(KEY_TOKEN);
   store.del(KEY_DEVICE);
   for (const n of [...ui.messages.children]) dropItem(n);
