@@ -40,6 +40,8 @@ pub struct Config {
     pub max_upload_speculation: usize,
     /// Seeds generated ids (H4). The server takes it from the operating system.
     pub seed: u64,
+    /// Web Push and ntfy (issue 18); `None` with `MOBILE_PUSH=off`.
+    pub push: Option<crate::push::PushConfig>,
 }
 
 impl Config {
@@ -62,6 +64,7 @@ impl Config {
             max_held_total: MAX_HELD_TOTAL_BYTES,
             max_upload_speculation: MAX_SPECULATIVE_UPLOAD_BYTES,
             seed: 0x6865_726d_6573,
+            push: None,
         }
     }
 }
@@ -89,6 +92,7 @@ impl fmt::Debug for Config {
             .field("offline_hold", &self.offline_hold)
             .field("max_held_total", &self.max_held_total)
             .field("max_upload_speculation", &self.max_upload_speculation)
+            .field("push", &self.push)
             .finish()
     }
 }

@@ -52,6 +52,7 @@ pub mod ids;
 pub mod limits;
 pub mod mime;
 mod prompts;
+pub mod push;
 mod reassembly;
 mod text;
 pub mod time;

@@ -13,6 +13,7 @@ pub mod http;
 pub mod http_client;
 pub mod memory;
 pub mod pair;
+pub mod push;
 pub mod send;
 pub mod server;
 pub mod signals;

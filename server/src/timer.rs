@@ -61,6 +61,8 @@ pub enum TimerKey {
     AgentReap,
     /// The shutdown's grace period is over (armed).
     Shutdown,
+    /// Push's earliest deadline: coalesced notifications and retries (armed).
+    Push,
 }
 
 /// What K2 says of a connection at `now`.

@@ -13,7 +13,7 @@ use crate::prompts::Closed;
 use crate::time::Time;
 use crate::uploads::ChunkOutcome;
 use crate::wire::client::{AudioFrame, ClientFrame, Deliver, Hello, MediaChunk, PromptAnswer};
-use crate::wire::server::{encode, Avatar, Delivered, Pong, Ready, Typing};
+use crate::wire::server::{encode, Avatar, Delivered, Pong, PushCapability, Ready, Typing, WebPushCapability};
 use crate::wire::{parse_client_frame, ErrorCode, Rejection};
 
 impl Gateway {
@@ -75,7 +75,16 @@ impl Gateway {
                 role,
             };
         }
-        let ready = encode("ready", &Ready::new(device.as_str(), &name, &self.config.avatar_url));
+        let mut ready = Ready::new(device.as_str(), &name, &self.config.avatar_url);
+        ready.capabilities.push = self
+            .config
+            .push
+            .as_ref()
+            .and_then(|p| p.vapid_public_key.clone())
+            .map(|key| PushCapability {
+                webpush: WebPushCapability { vapid_public_key: key },
+            });
+        let ready = encode("ready", &ready);
         self.send(conn, ready);
         self.outputs.push_back(Output::Authenticated {
             conn,
@@ -85,6 +94,7 @@ impl Gateway {
         if role.is_service() {
             return; // S2: never addressable.
         }
+        self.push.touch(&device);
         let d = self.device_entry(&device);
         d.conn = Some(conn);
         d.name = name;
@@ -109,7 +119,13 @@ impl Gateway {
     fn on_frame(&mut self, now: Time, conn: ConnId, device: DeviceId, role: Role, frame: ClientFrame<'_>) {
         let user_frame = matches!(
             frame,
-            ClientFrame::Text(_) | ClientFrame::Audio(_) | ClientFrame::Media(_) | ClientFrame::Prompt(_)
+            ClientFrame::Text(_)
+                | ClientFrame::Audio(_)
+                | ClientFrame::Media(_)
+                | ClientFrame::Prompt(_)
+                | ClientFrame::PushSubscribe(_)
+                | ClientFrame::PushUnsubscribe { .. }
+                | ClientFrame::PushTest { .. }
         );
         if user_frame && role.is_service() {
             // S2: a service connection has no session for the agent to answer.
@@ -131,6 +147,9 @@ impl Gateway {
             ClientFrame::Ping { ts } => self.send(conn, encode("pong", &Pong { ts })),
             ClientFrame::Ack { .. } => {}
             ClientFrame::Deliver(d) => self.on_deliver(now, conn, &device, role, d),
+            ClientFrame::PushSubscribe(p) => self.on_push_subscribe(conn, &device, p),
+            ClientFrame::PushUnsubscribe { id } => self.on_push_unsubscribe(conn, &device, &id),
+            ClientFrame::PushTest { id } => self.on_push_test(conn, &device, &id),
             ClientFrame::Unknown(t) => log::debug!("{conn:?}: ignored frame of unknown type {t:?} (G3)"),
         }
     }
@@ -307,7 +326,7 @@ impl Gateway {
         let sender = &key;
         if let Some(target) = self.delivered.get(now, sender, id) {
             // A repeat is confirmed before its media is decoded again.
-            let frame = delivered_frame(id, target);
+            let frame = delivered_frame(id, target, false);
             return self.send(conn, frame);
         }
         let file = match d.media {
@@ -334,7 +353,7 @@ impl Gateway {
             }
         };
         match self.deliver_now(now, sender, id, &d.target, d.text.as_deref(), file) {
-            Ok(target) => self.send(conn, delivered_frame(id, target.as_str())),
+            Ok((target, held)) => self.send(conn, delivered_frame(id, target.as_str(), held)),
             Err(CommandError::BadTarget) => {
                 let r = Rejection::bad_frame("deliver needs a target (no MOBILE_HOME_DEVICE set)");
                 self.send_error(conn, &r.with_id(Some(id)), false)
@@ -349,7 +368,9 @@ impl Gateway {
 
     /// S3–S5 for any sender (a service connection, or the agent link): resolves the target,
     /// sends text then media with new server ids, and records `id` for the sender (S4).
-    /// A repeat within the window is confirmed again without being sent again.
+    /// A repeat within the window is confirmed again without being sent again. An offline
+    /// target that can be notified gets it held (`true`: L45, issue 18) instead of S3's
+    /// `device_offline`.
     pub(super) fn deliver_now(
         &mut self,
         now: Time,
@@ -358,9 +379,9 @@ impl Gateway {
         raw_target: &str,
         text: Option<&str>,
         file: Option<crate::agent::OutgoingFile>,
-    ) -> Result<DeviceId, CommandError> {
+    ) -> Result<(DeviceId, bool), CommandError> {
         if let Some(target) = self.delivered.get(now, sender, id) {
-            return Ok(DeviceId(target.clone()));
+            return Ok((DeviceId(target.clone()), false));
         }
         let raw_target = raw_target.trim();
         let target = raw_target.strip_prefix("mobile:").unwrap_or(raw_target).trim();
@@ -373,7 +394,13 @@ impl Gateway {
             return Err(CommandError::FileTooBig);
         }
         let Some(target_conn) = self.devices.get(&target).and_then(|d| d.conn) else {
-            return Err(CommandError::DeviceOffline);
+            if !self.can_notify(&target) {
+                return Err(CommandError::DeviceOffline);
+            }
+            self.hold_delivery(now, &target, text, file)?;
+            self.delivered.insert(now, sender, id, target.0.clone());
+            self.arm_sweep(now);
+            return Ok((target, true));
         };
         // S4: text first, then media, each with a new server id.
         if let Some(text) = text {
@@ -390,17 +417,57 @@ impl Gateway {
         }
         self.delivered.insert(now, sender, id, target.0.clone());
         self.arm_sweep(now);
-        Ok(target)
+        Ok((target, false))
+    }
+
+    /// (c) of issue 18: a delivery for an offline device that can be notified waits in its
+    /// hold, text then file, within the same limits as the agent's output (L32).
+    fn hold_delivery(
+        &mut self,
+        now: Time,
+        target: &DeviceId,
+        text: Option<&str>,
+        file: Option<crate::agent::OutgoingFile>,
+    ) -> Result<(), CommandError> {
+        let message = text.map(|_| crate::ids::MessageId(self.ids.frame_id("d")));
+        let media = file.as_ref().map(|_| self.ids.frame_id("f"));
+        let d = self.device_entry(target);
+        let mut growth = 0;
+        if let (Some(id), Some(text)) = (&message, text) {
+            growth += d.hold.message_growth(id, text.len())?;
+        }
+        if let Some(f) = &file {
+            growth += d.hold.file_growth(f.data.len())?;
+        }
+        if !self.make_hold_room(growth) {
+            return Err(CommandError::HoldFull);
+        }
+        let d = self.devices.get_mut(target).expect("the device was created above");
+        if let (Some(id), Some(text)) = (&message, text) {
+            d.hold.message(now, id, text, false, true)?;
+        }
+        let what = match (text, &file) {
+            (Some(text), _) => crate::push::preview(text),
+            (None, Some(f)) => crate::push::preview(&f.filename),
+            (None, None) => String::new(),
+        };
+        if let (Some(id), Some(file)) = (media, file) {
+            d.hold.file(now, id, file)?;
+        }
+        self.arm_hold(now, target);
+        self.notify(target, crate::push::NotifyEvent::Deliver { text: what });
+        Ok(())
     }
 }
 
 /// S5's confirmation, the same for a first delivery and a repeat (S4).
-fn delivered_frame(id: &str, device: &str) -> String {
+fn delivered_frame(id: &str, device: &str, held: bool) -> String {
     encode(
         "delivered",
         &Delivered {
             id: id.into(),
             device: device.into(),
+            held,
         },
     )
 }

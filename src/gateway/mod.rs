@@ -8,6 +8,7 @@
 
 mod inbound;
 mod outbound;
+mod push;
 mod timers;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -48,12 +49,17 @@ pub enum Output {
         code: u16,
         reason: &'static str,
     },
-    /// The connection passed `hello` (for the driver's logs).
+    /// The connection passed `hello` (for the driver's logs, and to stop notifying it).
     Authenticated {
         conn: ConnId,
         device: DeviceId,
         service: bool,
     },
+    /// Notify a device that has no live connection (issue 18): by Web Push to its
+    /// [`Gateway::push_subscriptions`], and by ntfy when that is set.
+    Notify(crate::push::Notification),
+    /// The push subscriptions changed: keep [`Gateway::push_snapshot`].
+    PushChanged,
 }
 
 /// Counters for health checks, tests and memory accounting.
@@ -206,6 +212,8 @@ pub struct Gateway {
     /// `deliver` ids per sender, remembering the device reached (S4).
     delivered: Dedup<String>,
     prompts: Prompts,
+    /// Web Push subscriptions per device (issue 18).
+    push: crate::push::Registry,
     timers: Timers,
     sweep_slot: Option<Time>,
     prompts_slot: Option<Time>,
@@ -230,6 +238,7 @@ impl Gateway {
             seen: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
             delivered: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
             prompts: Prompts::new(window),
+            push: crate::push::Registry::default(),
             timers: Timers::default(),
             sweep_slot: None,
             prompts_slot: None,
@@ -545,7 +554,7 @@ impl Gateway {
     }
 
     fn on_hold_timer(&mut self, now: Time, at: Time, device: DeviceId) {
-        let max_age = self.config.offline_hold;
+        let max_age = self.hold_time(&device);
         let Some(d) = self.devices.get_mut(&device) else { return };
         if !claim(&mut d.hold_slot, at) {
             return;

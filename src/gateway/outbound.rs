@@ -15,6 +15,7 @@ use crate::limits::{
 };
 use crate::mime::guess_mime;
 use crate::prompts::{Card, Closed};
+use crate::push::{preview, NotifyEvent};
 use crate::time::Time;
 use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Typing};
 
@@ -61,12 +62,22 @@ impl Gateway {
                 let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
                     .map_err(CommandError::InvalidPrompt)?;
                 let frame = card.frame(now);
+                // (a): what the notification shows of it: the command, or the question.
+                let notice = NotifyEvent::Card {
+                    prompt: card.id.clone(),
+                    kind: card.kind,
+                    text: preview(card.command.as_deref().unwrap_or(&card.text)),
+                    ttl: card.expires_at.since(now),
+                };
                 self.prompts.insert(card);
                 self.arm_prompts();
                 // P1: an offline device gets the card when it connects, within its TTL.
-                if let Some(conn) = self.online_conn(&device) {
-                    self.send(conn, frame);
-                    self.after_agent_output(now, &device);
+                match self.online_conn(&device) {
+                    Some(conn) => {
+                        self.send(conn, frame);
+                        self.after_agent_output(now, &device);
+                    }
+                    None => self.notify(&device, notice),
                 }
                 Ok(())
             }
@@ -102,7 +113,7 @@ impl Gateway {
             } => {
                 // The agent's deliveries are keyed apart from services' and phones' (L34).
                 let sender = DeviceId(format!("a:{sender}"));
-                let device = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
+                let (device, _held) = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
                 return Ok(Accepted::Delivered(device));
             }
         };
@@ -121,7 +132,7 @@ impl Gateway {
         text: &str,
         done: bool,
     ) -> Result<(), CommandError> {
-        let retain = now + self.config.offline_hold;
+        let retain = now + self.hold_time(&device);
         let d = self.device_entry(&device);
         if d.finished.contains(&message) {
             return Err(CommandError::MessageFinished);
@@ -149,6 +160,14 @@ impl Gateway {
                 let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.message(now, &message, text, phone_saw, done)?;
                 self.arm_hold(now, &device);
+                if done {
+                    // (b): one final reply, one notification (coalesced by the server).
+                    let event = NotifyEvent::Reply {
+                        message: message.clone(),
+                        text: preview(text),
+                    };
+                    self.notify(&device, event);
+                }
             }
         }
         let d = self.devices.get_mut(&device).expect("the device was created above");
@@ -193,8 +212,8 @@ impl Gateway {
         Ok(())
     }
 
-    fn arm_hold(&mut self, now: Time, device: &DeviceId) {
-        let max_age = self.config.offline_hold;
+    pub(super) fn arm_hold(&mut self, now: Time, device: &DeviceId) {
+        let max_age = self.hold_time(device);
         if let Some(d) = self.devices.get_mut(device) {
             let at = d.hold.next_deadline(max_age).unwrap_or(now + max_age);
             self.timers.arm(&mut d.hold_slot, at, TimerKey::Hold(device.clone()));

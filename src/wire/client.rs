@@ -31,6 +31,13 @@ pub enum ClientFrame<'a> {
         id: Cow<'a, str>,
     },
     Deliver(Deliver<'a>),
+    PushSubscribe(super::push::PushSubscribe<'a>),
+    PushUnsubscribe {
+        id: Cow<'a, str>,
+    },
+    PushTest {
+        id: Cow<'a, str>,
+    },
     /// An unknown `t`: ignored after `hello` (decisions G3), fatal before it (G4).
     Unknown(Cow<'a, str>),
 }
@@ -178,7 +185,7 @@ pub struct Deliver<'a> {
 
 /// Every field any client frame has. Which of them matter depends on `t`.
 #[derive(Deserialize, Default)]
-struct RawFrame<'a> {
+pub(super) struct RawFrame<'a> {
     #[serde(borrow, default)]
     t: Option<Scalar<'a>>,
     #[serde(borrow, default)]
@@ -217,6 +224,10 @@ struct RawFrame<'a> {
     user: Option<Object<RawUser<'a>>>,
     #[serde(borrow, default)]
     media: Option<Object<RawAttachment<'a>>>,
+    #[serde(borrow, default)]
+    pub(super) subscription: Option<Object<super::push::RawSubscription<'a>>>,
+    #[serde(borrow, default)]
+    pub(super) app_url: Option<Scalar<'a>>,
 }
 
 #[derive(Deserialize, Default, Debug, Clone, PartialEq)]
@@ -253,7 +264,7 @@ struct RawAttachment<'a> {
 
 /// A string field: absent (`None`), or present with the right type. A present field of the
 /// wrong type is `bad_frame` (decisions G5). JSON `null` counts as absent.
-fn opt_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<Option<&'s Cow<'a, str>>, Rejection> {
+pub(super) fn opt_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<Option<&'s Cow<'a, str>>, Rejection> {
     match field {
         None => Ok(None),
         Some(Scalar::Str(s)) => Ok(Some(s)),
@@ -261,7 +272,7 @@ fn opt_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<
     }
 }
 
-fn req_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<&'s Cow<'a, str>, Rejection> {
+pub(super) fn req_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<&'s Cow<'a, str>, Rejection> {
     opt_str(field, name)?.ok_or_else(|| Rejection::new(ErrorCode::BadFrame, format!("{name} is required")))
 }
 
@@ -278,7 +289,7 @@ fn opt_int(field: &Option<Scalar<'_>>, name: &'static str) -> Result<Option<i64>
 
 /// Borrows a truncated prefix of a string field. Identifiers almost never carry JSON escapes;
 /// when one does, the owned string lives in the `RawFrame` and we truncate that.
-fn cut<'a>(s: &Cow<'a, str>, max: usize) -> Cow<'a, str> {
+pub(super) fn cut<'a>(s: &Cow<'a, str>, max: usize) -> Cow<'a, str> {
     match s {
         Cow::Borrowed(b) => Cow::Borrowed(truncate_chars(b, max)),
         Cow::Owned(o) => Cow::Owned(truncate_chars(o, max).to_owned()),
@@ -323,6 +334,9 @@ fn validate<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
         "ping" => Ok(ClientFrame::Ping { ts: raw.ts }),
         "ack" => ack(raw),
         "deliver" => deliver(raw),
+        "push_subscribe" => super::push::subscribe(raw),
+        "push_unsubscribe" => super::push::unsubscribe(raw),
+        "push_test" => super::push::test(raw),
         _ => Ok(ClientFrame::Unknown(Cow::Owned(t.into_owned()))),
     }
 }
@@ -357,7 +371,7 @@ fn hello<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
 }
 
 /// `id`, required and truncated (decisions G8). Borrowed from the input unless it had escapes.
-fn frame_id<'a>(raw: &RawFrame<'a>) -> Result<Cow<'a, str>, Rejection> {
+pub(super) fn frame_id<'a>(raw: &RawFrame<'a>) -> Result<Cow<'a, str>, Rejection> {
     Ok(cut(req_str(&raw.id, "id")?, MAX_ID_CHARS))
 }
 

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod error;
 pub mod lenient;
+pub mod push;
 pub mod server;
 
 pub use client::{parse_client_frame, ClientFrame, DownloadKind, UploadKind};

@@ -46,6 +46,21 @@ pub struct Capabilities {
     pub edit: bool,
     pub max_media_bytes: u64,
     pub max_text_chars: u64,
+    /// The push extension (issue 18, docs/push.md); absent with `MOBILE_PUSH=off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushCapability>,
+}
+
+/// `ready.capabilities.push`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushCapability {
+    pub webpush: WebPushCapability,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WebPushCapability {
+    /// base64url (no padding) of the gateway's 65-byte uncompressed P-256 VAPID key.
+    pub vapid_public_key: String,
 }
 
 impl Capabilities {
@@ -62,6 +77,7 @@ impl Capabilities {
             edit: true,
             max_media_bytes: MAX_MEDIA_BYTES as u64,
             max_text_chars: MAX_TEXT_CHARS as u64,
+            push: None,
         }
     }
 }
@@ -253,6 +269,17 @@ pub struct Delivered<'a> {
     pub id: Cow<'a, str>,
     #[serde(borrow)]
     pub device: Cow<'a, str>,
+    /// The device was offline and can be notified: the delivery waits for it (issue 18,
+    /// docs/decisions-local.md L45). Absent otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub held: bool,
+}
+
+/// `push_subscribed`, `push_unsubscribed`, `push_sent`: the id of the frame answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PushAnswer<'a> {
+    #[serde(borrow)]
+    pub id: Cow<'a, str>,
 }
 
 /// Any frame the gateway sends, as a client reads it.
@@ -268,6 +295,9 @@ pub enum ServerFrame<'a> {
     Pong(Pong<'a>),
     Error(ErrorFrame<'a>),
     Delivered(Delivered<'a>),
+    PushSubscribed(PushAnswer<'a>),
+    PushUnsubscribed(PushAnswer<'a>),
+    PushSent(PushAnswer<'a>),
     /// A type this client does not know: ignore it (protocol-v1.md "Versioning").
     Unknown(String),
 }
@@ -291,6 +321,9 @@ pub fn parse_server_frame(bytes: &[u8]) -> Result<ServerFrame<'_>, serde_json::E
         "pong" => ServerFrame::Pong(serde_json::from_slice(bytes)?),
         "error" => ServerFrame::Error(serde_json::from_slice(bytes)?),
         "delivered" => ServerFrame::Delivered(serde_json::from_slice(bytes)?),
+        "push_subscribed" => ServerFrame::PushSubscribed(serde_json::from_slice(bytes)?),
+        "push_unsubscribed" => ServerFrame::PushUnsubscribed(serde_json::from_slice(bytes)?),
+        "push_sent" => ServerFrame::PushSent(serde_json::from_slice(bytes)?),
         "" => return Err(serde_json::Error::custom("empty frame type")),
         other => ServerFrame::Unknown(other.to_owned()),
     })
@@ -309,6 +342,9 @@ impl fmt::Display for ServerFrame<'_> {
             ServerFrame::Pong(_) => "pong",
             ServerFrame::Error(_) => "error",
             ServerFrame::Delivered(_) => "delivered",
+            ServerFrame::PushSubscribed(_) => "push_subscribed",
+            ServerFrame::PushUnsubscribed(_) => "push_unsubscribed",
+            ServerFrame::PushSent(_) => "push_sent",
             ServerFrame::Unknown(t) => t,
         };
         f.write_str(t)

@@ -8,6 +8,7 @@
 //! together are in [`validate`].
 
 mod http;
+mod push;
 pub mod settings;
 pub mod validate;
 mod values;
@@ -82,6 +83,8 @@ pub struct ServerConfig {
     /// `MOBILE_WEB_DIR`, when the files are read from there.
     pub web_dir: Option<String>,
     pub http: Option<HttpConfig>,
+    /// Web Push and ntfy (issue 18); `None` when both are off.
+    pub push: Option<crate::push::PushSettings>,
 }
 
 /// The default state directory: `$XDG_STATE_HOME/hermes-mobile`, else
@@ -188,7 +191,9 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
     let mut core = core;
     core.max_held_total = budget / 4;
     core.max_upload_speculation = budget / 8;
+    let push = push::push_settings(&|flag| given.get(flag).map(str::to_owned))?;
     let config = ServerConfig {
+        push,
         http,
         web_source,
         web: None,

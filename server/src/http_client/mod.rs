@@ -1,4 +1,6 @@
-//! The HTTP/1.1 client the HTTP agents use, driven by the event loop (issue 11).
+//! The HTTP/1.1 client the HTTP agents and push use, driven by the event loop (issues 11,
+//! 18). The agent's calls go to its one target; a push goes to the host its subscription
+//! names (already checked against the allow-list), so each call carries its target.
 //!
 //! The parsing is the core's (`hermes_mobile::upstream::ResponseParser`); this is the I/O
 //! around it: the name resolved on a helper thread ([`dns`]), a non-blocking connect to
@@ -51,7 +53,7 @@ pub struct Timeouts {
     pub idle: Duration,
 }
 
-/// Where the agent lives.
+/// Where a call goes.
 pub struct Target {
     pub host: String,
     pub port: u16,
@@ -70,6 +72,7 @@ enum Phase {
 
 struct Call {
     id: CallId,
+    target: Arc<Target>,
     generation: u32,
     phase: Phase,
     request: Vec<u8>,
@@ -86,7 +89,8 @@ struct Call {
 }
 
 pub struct HttpClient {
-    target: Target,
+    /// The agent's target, for `start`.
+    target: Option<Arc<Target>>,
     timeouts: Timeouts,
     calls: Slab<Call>,
     next_generation: u32,
@@ -99,9 +103,9 @@ pub struct HttpClient {
 }
 
 impl HttpClient {
-    pub fn new(target: Target, timeouts: Timeouts, resolver: Resolver) -> HttpClient {
+    pub fn new(target: Option<Target>, timeouts: Timeouts, resolver: Resolver) -> HttpClient {
         HttpClient {
-            target,
+            target: target.map(Arc::new),
             timeouts,
             calls: Slab::new(),
             next_generation: 1,
@@ -126,16 +130,34 @@ impl HttpClient {
         !self.read_again.is_empty()
     }
 
-    /// Starts a call: `request` is the whole HTTP/1.1 request. `no_body`: a HEAD request.
+    /// Starts a call to the agent's target: `request` is the whole HTTP/1.1 request.
     pub fn start(&mut self, registry: &Registry, wheel: &mut Timers, id: CallId, request: Vec<u8>, now: Instant) {
+        match self.target.clone() {
+            Some(target) => self.start_to(registry, wheel, id, target, request, now),
+            None => self.events.push_back((id, CallEvent::Failed(CallError::Connect("no target".into())))),
+        }
+    }
+
+    /// Starts a call to `target`.
+    pub fn start_to(
+        &mut self,
+        registry: &Registry,
+        wheel: &mut Timers,
+        id: CallId,
+        target: Arc<Target>,
+        request: Vec<u8>,
+        now: Instant,
+    ) {
         if self.calls.len() >= MAX_OPEN {
             self.events.push_back((id, CallEvent::Failed(CallError::Busy)));
             return;
         }
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
+        let (host, port) = (target.host.clone(), target.port);
         let key = self.calls.insert(Call {
             id,
+            target,
             generation,
             phase: Phase::Resolving,
             request,
@@ -150,9 +172,9 @@ impl HttpClient {
             last_error: String::new(),
         });
         self.arm(key, wheel);
-        match self.resolver.lookup(&self.target.host, self.target.port, now) {
+        match self.resolver.lookup(&host, port, now) {
             Lookup::Ready(addrs) => self.connect(key, addrs, registry, wheel, now),
-            Lookup::Pending => log::debug!("agent call {}: resolving {}", id.0, self.target.host.escape_debug()),
+            Lookup::Pending => log::debug!("call {}: resolving {}", id.0, host.escape_debug()),
         }
     }
 
@@ -166,20 +188,17 @@ impl HttpClient {
     /// The waker fired: names may have resolved.
     pub fn on_wake(&mut self, registry: &Registry, wheel: &mut Timers, now: Instant) {
         while let Some((host, port, result)) = self.resolver.poll_answer(now) {
-            if host != self.target.host || port != self.target.port {
-                continue;
-            }
             let waiting: Vec<usize> = self
                 .calls
                 .iter()
-                .filter(|(_, c)| c.phase == Phase::Resolving)
+                .filter(|(_, c)| c.phase == Phase::Resolving && c.target.host == host && c.target.port == port)
                 .map(|(k, _)| k)
                 .collect();
             for key in waiting {
                 match &result {
                     Ok(addrs) => self.connect(key, addrs.clone(), registry, wheel, now),
                     Err(e) => {
-                        log::warn!("agent: {} did not resolve: {e}", host.escape_debug());
+                        log::warn!("{} did not resolve: {e}", host.escape_debug());
                         self.fail(key, registry, CallError::Resolve(e.clone()));
                     }
                 }
@@ -231,7 +250,7 @@ impl HttpClient {
             }
             call.phase = Phase::Waiting;
             call.deadline = now + self.timeouts.first_byte;
-            if let Some((config, name)) = &self.target.tls {
+            if let Some((config, name)) = &call.target.tls {
                 // The request goes to rustls bit by bit in `flush`, as it takes it: its
                 // buffer before the handshake ends is bounded (64 KiB), a request is not.
                 match ClientConnection::new(config.clone(), name.clone()) {
@@ -241,8 +260,10 @@ impl HttpClient {
             }
             // The address that answered goes first next time (a dual-stack name whose
             // IPv6 is black-holed costs one slow connect, not one per call).
-            self.preferred = call.addrs.get(call.next_addr.wrapping_sub(1)).copied();
-            log::debug!("agent call {}: connected", call.id.0);
+            if self.target.as_ref().is_some_and(|t| Arc::ptr_eq(t, &call.target)) {
+                self.preferred = call.addrs.get(call.next_addr.wrapping_sub(1)).copied();
+            }
+            log::debug!("call {}: connected", call.id.0);
         }
         let written = self.flush(key, now);
         // An answer may already wait (a 413 or 401 sent before the body was read): it is
@@ -279,7 +300,8 @@ impl HttpClient {
     fn connect(&mut self, key: usize, addrs: Vec<SocketAddr>, registry: &Registry, wheel: &mut Timers, now: Instant) {
         let Some(call) = self.calls.get_mut(key) else { return };
         call.addrs = addrs;
-        if let Some(at) = self.preferred.and_then(|p| call.addrs.iter().position(|a| *a == p)) {
+        let default = self.target.as_ref().is_some_and(|t| Arc::ptr_eq(t, &call.target));
+        if let Some(at) = self.preferred.filter(|_| default).and_then(|p| call.addrs.iter().position(|a| *a == p)) {
             call.addrs.swap(0, at);
         }
         call.next_addr = 0;
@@ -326,7 +348,7 @@ impl HttpClient {
                         self.timeouts.connect
                     };
                     call.deadline = now + limit;
-                    log::debug!("agent call {}: connecting to {addr}", call.id.0);
+                    log::debug!("call {}: connecting to {addr}", call.id.0);
                     return self.arm(key, wheel);
                 }
                 Err(e) => call.last_error = e.to_string(),
@@ -446,7 +468,7 @@ impl HttpClient {
 
     fn fail(&mut self, key: usize, registry: &Registry, error: CallError) {
         if let Some(call) = self.calls.get(key) {
-            log::debug!("agent call {}: {}", call.id.0, error.to_string().escape_debug());
+            log::debug!("call {}: {}", call.id.0, error.to_string().escape_debug());
             self.events.push_back((call.id, CallEvent::Failed(error)));
         }
         self.close(key, registry);

@@ -14,8 +14,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
-/// The client settings: roots from the system store and `ca_file`.
-pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String> {
+/// The client settings: roots from the system store and `ca_file`, which is the value of
+/// the setting `setting` (named in errors).
+pub fn client_config(ca_file: Option<&Path>, setting: &str) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
@@ -24,27 +25,27 @@ pub fn client_config(ca_file: Option<&Path>) -> Result<Arc<ClientConfig>, String
     }
     let system = roots.len();
     if let Some(path) = ca_file {
-        let pem = std::fs::read(path).map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+        let pem = std::fs::read(path).map_err(|e| format!("{setting} {}: {e}", path.display()))?;
         let mut added = 0;
         for cert in CertificateDer::pem_slice_iter(&pem) {
-            let cert = cert.map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+            let cert = cert.map_err(|e| format!("{setting} {}: {e}", path.display()))?;
             roots
                 .add(cert)
-                .map_err(|e| format!("MOBILE_AGENT_CA_FILE {}: {e}", path.display()))?;
+                .map_err(|e| format!("{setting} {}: {e}", path.display()))?;
             added += 1;
         }
         if added == 0 {
             return Err(format!(
-                "MOBILE_AGENT_CA_FILE {} holds no PEM certificate",
+                "{setting} {} holds no PEM certificate",
                 path.display()
             ));
         }
-        log::info!("agent TLS: {added} certificate(s) from {}", path.display());
+        log::info!("TLS ({setting}): {added} certificate(s) from {}", path.display());
     }
     if roots.is_empty() {
-        return Err("no trusted certificates for https: install ca-certificates or set MOBILE_AGENT_CA_FILE".into());
+        return Err(format!("no trusted certificates for https: install ca-certificates or set {setting}"));
     }
-    log::debug!("agent TLS: {system} certificates from the system store");
+    log::debug!("TLS: {system} certificates from the system store");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()

@@ -26,13 +26,35 @@ impl Server {
             if let Some(client) = self.http.as_mut() {
                 while let Some((id, event)) = client.poll_event() {
                     any = true;
-                    self.agent.handle_call(t, id, event);
+                    match self.push.as_mut() {
+                        Some(push) if crate::push::owns(id) => push.handle_call(t, id, event),
+                        _ => self.agent.handle_call(t, id, event),
+                    }
                 }
             }
             if !any {
                 break;
             }
             progress = true;
+        }
+        progress
+    }
+
+    /// Carries out push's calls and tells the core what push learned; whether anything
+    /// happened.
+    pub(super) fn pump_push(&mut self, now: Instant) -> bool {
+        let t = self.time(now);
+        let Some(push) = self.push.as_mut() else { return false };
+        let mut progress = false;
+        while let Some(io) = push.poll(t, &mut self.core) {
+            progress = true;
+            match io {
+                crate::push::PushIo::Call { id, target, request } => match self.http.as_mut() {
+                    Some(client) => client.start_to(self.poll.registry(), &mut self.wheel, id, target, request, now),
+                    None => log::error!("push: no HTTP client"),
+                },
+                crate::push::PushIo::Persist { path, contents } => self.files.persist(path, contents),
+            }
         }
         progress
     }

@@ -141,6 +141,9 @@ impl Server {
                     "timers": stats.timers,
                     "queued_bytes": self.conns.queued_bytes(),
                     "agent": self.agent.health(),
+                    // Push (issue 18): how many subscriptions, and the last push that failed.
+                    "push_subscriptions": self.core.push_subscription_count(),
+                    "push_last_error": self.push.as_ref().and_then(|p| p.last_error()),
                 })
                 .to_string();
                 (

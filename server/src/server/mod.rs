@@ -48,6 +48,12 @@ const TRIM_DELAY: Duration = Duration::from_secs(10);
 /// base64, and then some).
 const AGENT_OUTBOX_LIMIT: usize = 64 * 1024 * 1024;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// A push service answers in well under a second; these are for a slow one.
+const PUSH_TIMEOUTS: crate::http_client::Timeouts = crate::http_client::Timeouts {
+    connect: Duration::from_secs(10),
+    first_byte: Duration::from_secs(30),
+    idle: Duration::from_secs(30),
+};
 
 pub struct Server {
     poll: Poll,
@@ -68,8 +74,10 @@ pub struct Server {
     parked: VecDeque<Parked>,
     /// The agent link's pipes and sockets (`exec:`, `link`).
     link_transports: LinkTransports,
-    /// The HTTP agents' client (`openai:`, `hermes:`).
+    /// The HTTP client of the HTTP agents (`openai:`, `hermes:`) and of push.
     http: Option<HttpClient>,
+    /// Web Push and ntfy (issue 18).
+    push: Option<crate::push::Push>,
     /// Files the agent asked for: the file worker's ticket and the agent's tag.
     agent_loads: Vec<(Ticket, LoadTag)>,
     /// `/agent` is served (link mode with `MOBILE_AGENT_TOKEN`).
@@ -121,7 +129,7 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     let tls = if e.tls {
         let name = crate::http_client::tls::server_name(&e.host).map_err(invalid)?;
-        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref()).map_err(invalid)?;
+        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_AGENT_CA_FILE").map_err(invalid)?;
         Some((config, name))
     } else {
         None
@@ -131,7 +139,7 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
         port: e.port,
         tls,
     };
-    Ok(HttpClient::new(target, settings.timeouts, Resolver::start(waker)?))
+    Ok(HttpClient::new(Some(target), settings.timeouts, Resolver::start(waker)?))
 }
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
@@ -163,6 +171,15 @@ impl Server {
         let origin = Instant::now();
         let mut core_config = config.core.clone();
         core_config.seed = seed;
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        let (push, subscriptions) = match &config.push {
+            Some(settings) => {
+                let (push, subscriptions) = crate::push::Push::start(settings.clone(), &config.state_dir).map_err(invalid)?;
+                core_config.push = Some(push.core_config());
+                (Some(push), subscriptions)
+            }
+            None => (None, None),
+        };
         let waker = Arc::new(mio::Waker::new(poll.registry(), link_transports::WAKER)?);
         let files = FileWorker::start(&config.state_dir, waker.clone())?;
         let mut http = None;
@@ -181,7 +198,7 @@ impl Server {
             }
             AgentKind::Http { .. } => {
                 let settings = config.http.as_ref().expect("an HTTP agent has its settings");
-                http = Some(http_client(settings, waker)?);
+                http = Some(http_client(settings, waker.clone())?);
                 Agent::Http(HttpAgent::new(settings.agent.clone(), seed.rotate_left(23)))
             }
             AgentKind::Link(path) => {
@@ -193,13 +210,24 @@ impl Server {
             }
         };
         let agent_route = matches!(config.agent, AgentKind::Link(_)) && config.agent_token.is_some();
+        if http.is_none() && push.is_some() {
+            http = Some(HttpClient::new(None, PUSH_TIMEOUTS, Resolver::start(waker)?));
+        }
+        let mut core = Gateway::new(core_config);
+        if let Some(json) = subscriptions {
+            let count = core
+                .restore_push(&json)
+                .map_err(|e| invalid(format!("{}: {e}", crate::push::subscriptions_file(&config.state_dir).display())))?;
+            log::info!("push: {count} subscription(s) kept from before");
+        }
         Ok(Server {
             poll,
             listener: Some(listener),
             local_addr,
             conns: Connections::with_capacity(64),
             wheel: Wheel::new(origin, Duration::from_millis(10), 4096),
-            core: Gateway::new(core_config),
+            core,
+            push,
             agent,
             origin,
             files,
@@ -366,6 +394,7 @@ impl Server {
                 }
             }
             progress |= self.pump_agent_io(now);
+            progress |= self.pump_push(now);
             if !progress {
                 break;
             }
@@ -382,6 +411,9 @@ impl Server {
         }
         if let Some(at) = self.agent.poll_timeout().map(|t| self.instant(t)) {
             self.wheel.arm(at, TimerKey::Agent);
+        }
+        if let Some(at) = self.push.as_ref().and_then(|p| p.poll_timeout()).map(|t| self.instant(t)) {
+            self.wheel.arm(at, TimerKey::Push);
         }
     }
 }

@@ -40,6 +40,12 @@ impl Server {
             TimerKey::Trim => crate::memory::trim(),
             TimerKey::AcceptRetry => self.accept_all(now),
             TimerKey::Shutdown => self.grace_over = true,
+            TimerKey::Push => {
+                let t = self.time(now);
+                if let Some(push) = self.push.as_mut() {
+                    push.handle_timeout(t);
+                }
+            }
             TimerKey::Conn(conn, timer) => self.on_conn_timer(conn, timer, now),
         }
     }

@@ -80,6 +80,7 @@ impl Server {
     pub(super) fn on_output(&mut self, out: Output, now: Instant) {
         let id = match &out {
             Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
+            Output::Notify(_) | Output::PushChanged => return self.on_push_output(out, now),
         };
         let (key, generation) = split_id(id);
         let Some(conn) = self.conns.live(key, generation) else {
@@ -96,10 +97,28 @@ impl Server {
                     "conn {key}: hello as {device:?}{}",
                     if service { " (service)" } else { "" }
                 );
+                if let (Some(push), false) = (self.push.as_mut(), service) {
+                    push.device_online(&device);
+                }
                 conn.phone_authenticated(device.0);
             }
+            Output::Notify(_) | Output::PushChanged => unreachable!("handled above"),
         }
         self.touched.push(key);
+    }
+
+    fn on_push_output(&mut self, out: Output, now: Instant) {
+        let t = self.time(now);
+        let Some(push) = self.push.as_mut() else { return };
+        match out {
+            Output::Notify(n) => push.notify(t, n, &self.core),
+            Output::PushChanged => {
+                if let crate::push::PushIo::Persist { path, contents } = push.persist(&self.core) {
+                    self.files.persist(path, contents);
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The connection is to close with `code`/`reason` once its queued frames are out. The

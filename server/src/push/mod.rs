@@ -1,0 +1,246 @@
+//! Notifications for phones with no live connection (issue 18, docs/push.md): Web Push
+//! (RFC 8030, encrypted per RFC 8291, signed per RFC 8292) and ntfy.
+//!
+//! The core decides when a device is notified and keeps the subscriptions; [`Sender`]
+//! decides when each POST goes and what an answer means, on virtual time. This module is
+//! the I/O around them: the VAPID key in the state directory, the request bytes, and the
+//! calls through the loop's non-blocking HTTP client (never a blocking request).
+
+pub mod content;
+pub mod ece;
+mod ntfy;
+mod request;
+pub mod sender;
+mod store;
+pub mod vapid;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hermes_mobile::push::{AllowList, Notification, PushConfig};
+use hermes_mobile::upstream::ResponseHead;
+use hermes_mobile::{DeviceId, Gateway, Time};
+use rustls::ClientConfig;
+
+use crate::agent::io::{CallEvent, CallId};
+pub use content::ContentMode;
+pub use ntfy::NtfyTarget;
+use request::Request;
+use sender::{Answer, JobId, SendOut, Sender};
+use vapid::Vapid;
+
+/// Push calls' ids have this bit; the HTTP agent's never do.
+const PUSH_CALL: u64 = 1 << 62;
+/// A push service's answer body is not needed: read and dropped, at most this much kept.
+const MAX_ANSWER_BYTES: usize = 4096;
+
+/// `MOBILE_PUSH_*`, `MOBILE_NTFY_*` and `MOBILE_PUBLIC_URL`.
+#[derive(Debug, Clone)]
+pub struct PushSettings {
+    /// `MOBILE_PUSH=on`: Web Push (ntfy works either way).
+    pub web_push: bool,
+    pub subject: String,
+    /// The subject was not set: a start-up warning says Apple will refuse it.
+    pub subject_defaulted: bool,
+    pub hosts: AllowList,
+    pub ca_file: Option<PathBuf>,
+    pub content: ContentMode,
+    pub ntfy: Option<NtfyTarget>,
+    /// Never logged.
+    pub ntfy_token: Option<String>,
+    pub public_url: Option<String>,
+}
+
+/// Where the subscriptions are kept.
+pub fn subscriptions_file(state_dir: &Path) -> PathBuf {
+    store::subscriptions_path(state_dir)
+}
+
+/// Whether a call is push's.
+pub fn owns(id: CallId) -> bool {
+    id.0 & PUSH_CALL != 0
+}
+
+struct Call {
+    job: JobId,
+    status: Option<u16>,
+    retry_after: Option<Duration>,
+    body_bytes: usize,
+}
+
+pub struct Push {
+    settings: PushSettings,
+    vapid: Vapid,
+    sender: Sender,
+    tls: Arc<ClientConfig>,
+    calls: HashMap<CallId, Call>,
+    next_call: u64,
+    subscriptions_file: PathBuf,
+}
+
+/// The work push asks of the loop.
+pub enum PushIo {
+    Call {
+        id: CallId,
+        target: Arc<crate::http_client::Target>,
+        request: Vec<u8>,
+    },
+    /// Keep the subscriptions (through the file worker, atomically, mode 0600).
+    Persist { path: PathBuf, contents: Vec<u8> },
+}
+
+impl Push {
+    /// Reads or makes the VAPID key (0600) in `state_dir`, and reads the kept
+    /// subscriptions. Start-up only: this reads files.
+    pub fn start(settings: PushSettings, state_dir: &Path) -> Result<(Push, Option<String>), String> {
+        let vapid = store::vapid_key(state_dir)?;
+        // With Web Push off, kept subscriptions are left alone, not used.
+        let subscriptions = if settings.web_push { store::read_subscriptions(state_dir)? } else { None };
+        let tls = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_PUSH_CA_FILE")?;
+        if settings.subject_defaulted && settings.web_push {
+            log::warn!(
+                "push: MOBILE_PUSH_SUBJECT is not set; using {:?}, which Apple's push service refuses (403): set it to mailto:you@example.org or an https URL of yours",
+                settings.subject
+            );
+        }
+        let sender = Sender::new(settings.content, settings.ntfy.is_some());
+        let push = Push {
+            vapid,
+            sender,
+            tls,
+            calls: HashMap::new(),
+            next_call: 1,
+            subscriptions_file: store::subscriptions_path(state_dir),
+            settings,
+        };
+        Ok((push, subscriptions))
+    }
+
+    /// What the core needs: the key for `ready` (with Web Push on), the allow-list, and
+    /// whether ntfy is on.
+    pub fn core_config(&self) -> PushConfig {
+        let mut config = PushConfig::new(self.vapid.public_key(), self.settings.hosts.clone());
+        if !self.settings.web_push {
+            config.vapid_public_key = None;
+        }
+        config.ntfy = self.settings.ntfy.is_some();
+        config.point_check = ece::is_p256_point;
+        config
+    }
+
+    /// `/healthz`: the last push that failed.
+    pub fn last_error(&self) -> Option<&str> {
+        self.sender.last_error()
+    }
+
+    pub fn notify(&mut self, t: Time, n: Notification, core: &Gateway) {
+        let subs = if self.settings.web_push {
+            core.push_subscriptions(&n.device).to_vec()
+        } else {
+            Vec::new()
+        };
+        self.sender.notify(t, n, &subs);
+    }
+
+    pub fn device_online(&mut self, device: &DeviceId) {
+        self.sender.device_online(device);
+    }
+
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.sender.poll_timeout()
+    }
+
+    pub fn handle_timeout(&mut self, t: Time) {
+        self.sender.handle_timeout(t);
+    }
+
+    /// The subscriptions changed: their new snapshot, to keep.
+    pub fn persist(&self, core: &Gateway) -> PushIo {
+        PushIo::Persist {
+            path: self.subscriptions_file.clone(),
+            contents: core.push_snapshot().into_bytes(),
+        }
+    }
+
+    /// Turns the sender's decisions into calls and core inputs.
+    pub fn poll(&mut self, t: Time, core: &mut Gateway) -> Option<PushIo> {
+        while let Some(out) = self.sender.poll() {
+            match out {
+                SendOut::Post(job) => match self.request(t, job) {
+                    Ok(Request { target, bytes }) => {
+                        let id = CallId(PUSH_CALL | self.next_call);
+                        self.next_call += 1;
+                        self.calls.insert(id, Call { job, status: None, retry_after: None, body_bytes: 0 });
+                        return Some(PushIo::Call { id, target, request: bytes });
+                    }
+                    Err(why) => self.sender.answer(t, job, Answer::Failed(why)),
+                },
+                SendOut::Gone { device, endpoint } => core.handle_push_gone(t, &device, &endpoint),
+                SendOut::TestResult { conn, id, result } => core.handle_push_test_result(t, conn, &id, result),
+            }
+        }
+        None
+    }
+
+    fn request(&self, t: Time, job: JobId) -> Result<Request, String> {
+        let job = self.sender.job(job).ok_or("the notification is gone")?;
+        match &job.channel {
+            sender::Channel::WebPush(sub) => {
+                let unix = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let base = sub.app_url.as_deref().or(self.settings.public_url.as_deref());
+                request::web_push(job, sub, t, base, &self.settings, &self.vapid, &self.tls, unix)
+            }
+            sender::Channel::Ntfy => {
+                let target = self.settings.ntfy.as_ref().ok_or("ntfy is not set")?;
+                let token = self.settings.ntfy_token.as_deref();
+                Ok(ntfy::request(job, target, token, self.settings.public_url.as_deref(), &self.tls))
+            }
+        }
+    }
+
+    /// News of a push call from the HTTP client.
+    pub fn handle_call(&mut self, t: Time, id: CallId, event: CallEvent) {
+        let Some(call) = self.calls.get_mut(&id) else { return };
+        match event {
+            CallEvent::Head(head) => {
+                call.status = Some(head.status);
+                call.retry_after = retry_after(&head);
+            }
+            CallEvent::Body(bytes) => call.body_bytes = (call.body_bytes + bytes.len()).min(MAX_ANSWER_BYTES),
+            CallEvent::End => {
+                let call = self.calls.remove(&id).expect("looked up above");
+                let answer = match call.status {
+                    Some(status) => Answer::Status { status, retry_after: call.retry_after },
+                    None => Answer::Failed("no answer".into()),
+                };
+                self.sender.answer(t, call.job, answer);
+            }
+            CallEvent::Failed(error) => {
+                let call = self.calls.remove(&id).expect("looked up above");
+                // A status already read counts (a 413 sent before the body was taken).
+                let answer = match call.status {
+                    Some(status) => Answer::Status { status, retry_after: call.retry_after },
+                    None => Answer::Failed(error.to_string()),
+                };
+                self.sender.answer(t, call.job, answer);
+            }
+        }
+    }
+}
+
+/// `Retry-After` in seconds (an HTTP date counts as a minute: push services send seconds).
+fn retry_after(head: &ResponseHead) -> Option<Duration> {
+    let value = head
+        .headers
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))
+        .map(|(_, v)| v.trim())?;
+    Some(match value.parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs.min(24 * 3600)),
+        Err(_) => Duration::from_secs(60),
+    })
+}

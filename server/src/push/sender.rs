@@ -1,0 +1,378 @@
+//! When and how often to POST a notification: a pure state machine on virtual time
+//! (issue 18). It coalesces replies, turns each notification into one job per channel
+//! (each Web Push subscription, and ntfy), retries by the push service's answer, and
+//! reports what the core must hear (a subscription gone, a `push_test`'s outcome).
+//!
+//! Answers: 2xx sent; 404/410 the subscription is gone for good; 413 a bug, not retried;
+//! 429 retried no sooner than `Retry-After`; 5xx and network failures backed off and
+//! retried within the TTL; 401/403 logged with what to check, not retried; a redirect is
+//! not followed (a push service has no reason to send one; following it would let a
+//! phone's endpoint choose another host).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::Duration;
+
+use hermes_mobile::push::{Notification, NotifyEvent, Subscription, PUSH_HOLD};
+use hermes_mobile::{ConnId, DeviceId, Time};
+
+use super::content::{content, Content, ContentMode};
+
+/// Replies and deliveries within this long of the first make one notification.
+pub const COALESCE: Duration = Duration::from_secs(2);
+/// A `push_test` lives this long at the push service.
+const TEST_TTL: Duration = Duration::from_secs(60);
+/// Jobs waiting or in flight at once: past it a new one is dropped (and logged).
+pub const MAX_JOBS: usize = 256;
+const MAX_ATTEMPTS: u32 = 8;
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
+
+pub type JobId = u64;
+
+/// Where a job goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Channel {
+    WebPush(Subscription),
+    Ntfy,
+}
+
+/// One notification for one channel.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub device: DeviceId,
+    pub channel: Channel,
+    pub content: Content,
+    /// When the push service should drop it (and we stop retrying).
+    pub expires: Time,
+    /// A card's `Topic`, so a newer push replaces an undelivered one.
+    pub topic: Option<String>,
+    test: Option<TestKey>,
+    attempts: u32,
+    /// When to (re)send; `None` while in flight.
+    due: Option<Time>,
+}
+
+impl Job {
+    /// The `TTL` header at `now`: the seconds left, at least 0.
+    pub fn ttl_secs(&self, now: Time) -> u64 {
+        self.expires.since(now).as_secs()
+    }
+}
+
+type TestKey = (ConnId, String);
+
+struct TestWait {
+    left: usize,
+    sent: bool,
+    errors: Vec<String>,
+}
+
+struct Pending {
+    due: Time,
+    count: usize,
+    event: NotifyEvent,
+    subs: Vec<Subscription>,
+}
+
+/// What the driver must do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SendOut {
+    /// Build and POST the request of this job ([`Sender::job`]).
+    Post(JobId),
+    /// The push service says this subscription is gone: `Gateway::handle_push_gone`.
+    Gone { device: DeviceId, endpoint: String },
+    /// `Gateway::handle_push_test_result`.
+    TestResult {
+        conn: ConnId,
+        id: String,
+        result: Result<(), String>,
+    },
+}
+
+/// How a job's answer is taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    Status { status: u16, retry_after: Option<Duration> },
+    /// No answer (refused, reset, timed out, TLS).
+    Failed(String),
+}
+
+pub struct Sender {
+    mode: ContentMode,
+    ntfy: bool,
+    pending: HashMap<DeviceId, Pending>,
+    jobs: BTreeMap<JobId, Job>,
+    next_job: JobId,
+    tests: HashMap<TestKey, TestWait>,
+    out: VecDeque<SendOut>,
+    last_error: Option<String>,
+}
+
+impl Sender {
+    pub fn new(mode: ContentMode, ntfy: bool) -> Sender {
+        Sender {
+            mode,
+            ntfy,
+            pending: HashMap::new(),
+            jobs: BTreeMap::new(),
+            next_job: 1,
+            tests: HashMap::new(),
+            out: VecDeque::new(),
+            last_error: None,
+        }
+    }
+
+    pub fn job(&self, id: JobId) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// The last push that failed, for `/healthz`.
+    pub fn last_error(&self) -> Option<&str> {
+        self.last_error.as_deref()
+    }
+
+    pub fn poll(&mut self) -> Option<SendOut> {
+        self.out.pop_front()
+    }
+
+    pub fn poll_timeout(&self) -> Option<Time> {
+        let pending = self.pending.values().map(|p| p.due);
+        let jobs = self.jobs.values().filter_map(|j| j.due);
+        pending.chain(jobs).min()
+    }
+
+    /// A notification from the core, with the device's subscriptions now.
+    pub fn notify(&mut self, now: Time, n: Notification, subs: &[Subscription]) {
+        match &n.event {
+            NotifyEvent::Card { prompt, ttl, .. } => {
+                let expires = now + (*ttl).min(PUSH_HOLD);
+                let topic = Some(topic(prompt.as_str()));
+                let c = content(&n.event, 1, self.mode);
+                self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy);
+            }
+            NotifyEvent::Test { conn, id } => {
+                let key = (*conn, id.clone());
+                let c = content(&n.event, 1, self.mode);
+                let made = self.fan_out(now, &n.device, subs, c, now + TEST_TTL, None, Some(key.clone()), false);
+                if made == 0 {
+                    let result = Err("this device has no push subscription".to_owned());
+                    self.out.push_back(SendOut::TestResult { conn: key.0, id: key.1, result });
+                } else {
+                    self.tests.insert(key, TestWait { left: made, sent: false, errors: Vec::new() });
+                }
+            }
+            NotifyEvent::Reply { .. } | NotifyEvent::Deliver { .. } => {
+                let p = self.pending.entry(n.device.clone()).or_insert_with(|| Pending {
+                    due: now + COALESCE,
+                    count: 0,
+                    event: n.event.clone(),
+                    subs: Vec::new(),
+                });
+                p.count += 1;
+                p.event = n.event;
+                p.subs = subs.to_vec();
+            }
+        }
+    }
+
+    /// The device is connected again: nothing waiting for it is sent (a connected phone
+    /// gets no push). A test is not dropped: it is sent while connected on purpose.
+    pub fn device_online(&mut self, device: &DeviceId) {
+        self.pending.remove(device);
+        self.jobs
+            .retain(|_, j| &j.device != device || j.test.is_some() || j.due.is_none());
+    }
+
+    /// Sends what is due: coalesced notifications, and retries.
+    pub fn handle_timeout(&mut self, now: Time) {
+        let due: Vec<DeviceId> = self.pending.iter().filter(|(_, p)| p.due <= now).map(|(d, _)| d.clone()).collect();
+        for device in due {
+            let Some(p) = self.pending.remove(&device) else { continue };
+            let c = content(&p.event, p.count, self.mode);
+            self.fan_out(now, &device, &p.subs, c, now + PUSH_HOLD, None, None, self.ntfy);
+        }
+        let retry: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| j.due.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in retry {
+            self.start(id);
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fan_out(
+        &mut self,
+        now: Time,
+        device: &DeviceId,
+        subs: &[Subscription],
+        c: Content,
+        expires: Time,
+        topic: Option<String>,
+        test: Option<TestKey>,
+        ntfy: bool,
+    ) -> usize {
+        let channels = subs.iter().cloned().map(Channel::WebPush).chain(ntfy.then_some(Channel::Ntfy));
+        let mut made = 0;
+        for channel in channels {
+            if self.jobs.len() >= MAX_JOBS {
+                log::warn!("push: {MAX_JOBS} notifications waiting; one for device {device:?} was dropped");
+                self.last_error = Some(format!("{MAX_JOBS} notifications waiting: one was dropped"));
+                break;
+            }
+            let id = self.next_job;
+            self.next_job += 1;
+            let job = Job {
+                device: device.clone(),
+                channel,
+                content: c.clone(),
+                expires,
+                topic: topic.clone(),
+                test: test.clone(),
+                attempts: 0,
+                due: Some(now),
+            };
+            self.jobs.insert(id, job);
+            self.start(id);
+            made += 1;
+        }
+        made
+    }
+
+    fn start(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.get_mut(&id) {
+            job.due = None;
+            job.attempts += 1;
+            self.out.push_back(SendOut::Post(id));
+        }
+    }
+
+    /// The push service's answer to a job (or why there was none).
+    pub fn answer(&mut self, now: Time, id: JobId, answer: Answer) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        let verdict = verdict(&answer, job, now);
+        let (device, channel, test) = (job.device.clone(), job.channel.clone(), job.test.clone());
+        let service = match &channel {
+            Channel::WebPush(s) => origin_of(&s.endpoint),
+            Channel::Ntfy => "ntfy".to_owned(),
+        };
+        let described = describe(&answer, &service);
+        match verdict {
+            Verdict::Retry(at) if test.is_none() => {
+                log::info!("push to device {device:?}: {described}; retrying in {} s", at.since(now).as_secs());
+                self.last_error = Some(described);
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    job.due = Some(at);
+                }
+                return;
+            }
+            Verdict::Sent => log::debug!("push to device {device:?}: sent ({described})"),
+            Verdict::Gone => {
+                log::info!("push to device {device:?}: {described}: the subscription is gone, removed");
+                self.last_error = Some(described.clone());
+                if let Channel::WebPush(s) = &channel {
+                    self.out.push_back(SendOut::Gone { device: device.clone(), endpoint: s.endpoint.clone() });
+                }
+            }
+            Verdict::Retry(_) | Verdict::Drop => {
+                log_drop(&device, &answer, &described, &channel);
+                self.last_error = Some(described.clone());
+            }
+        }
+        self.jobs.remove(&id);
+        if let Some(key) = test {
+            self.test_done(key, matches!(verdict, Verdict::Sent), described);
+        }
+    }
+
+    fn test_done(&mut self, key: TestKey, sent: bool, described: String) {
+        let Some(wait) = self.tests.get_mut(&key) else { return };
+        wait.left -= 1;
+        wait.sent |= sent;
+        if !sent {
+            wait.errors.push(described);
+        }
+        if wait.left > 0 {
+            return;
+        }
+        let wait = self.tests.remove(&key).expect("just looked up");
+        let result = if wait.sent { Ok(()) } else { Err(format!("push test failed: {}", wait.errors.join("; "))) };
+        self.out.push_back(SendOut::TestResult { conn: key.0, id: key.1, result });
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Sent,
+    Gone,
+    Retry(Time),
+    Drop,
+}
+
+fn verdict(answer: &Answer, job: &Job, now: Time) -> Verdict {
+    let backoff = FIRST_BACKOFF
+        .saturating_mul(1 << job.attempts.saturating_sub(1).min(16))
+        .min(MAX_BACKOFF);
+    let retry = |at: Time| {
+        if job.attempts >= MAX_ATTEMPTS || at >= job.expires {
+            Verdict::Drop
+        } else {
+            Verdict::Retry(at)
+        }
+    };
+    match answer {
+        Answer::Status { status: 200..=299, .. } => Verdict::Sent,
+        Answer::Status { status: 404 | 410, .. } if matches!(job.channel, Channel::WebPush(_)) => Verdict::Gone,
+        Answer::Status { status: 429, retry_after } => {
+            retry(now + retry_after.unwrap_or(backoff).max(Duration::from_secs(1)))
+        }
+        Answer::Status { status: 500..=599, .. } | Answer::Failed(_) => retry(now + backoff),
+        Answer::Status { .. } => Verdict::Drop,
+    }
+}
+
+fn describe(answer: &Answer, service: &str) -> String {
+    match answer {
+        Answer::Status { status, .. } => format!("{status} from {service}"),
+        Answer::Failed(why) => format!("no answer from {service}: {why}"),
+    }
+}
+
+fn log_drop(device: &DeviceId, answer: &Answer, described: &str, channel: &Channel) {
+    let ntfy = matches!(channel, Channel::Ntfy);
+    match answer {
+        Answer::Status { status: 413, .. } => {
+            log::error!("push to device {device:?}: {described}: the payload is too large; this is a bug in hermes-mobile")
+        }
+        Answer::Status { status: 401 | 403, .. } if ntfy => {
+            log::warn!("push to device {device:?}: {described}: check MOBILE_NTFY_TOKEN and the topic's access rights")
+        }
+        Answer::Status { status: 401 | 403, .. } => log::warn!(
+            "push to device {device:?}: {described}: the push service refused the VAPID signature; check \
+             MOBILE_PUSH_SUBJECT (a mailto: or https: contact; Apple refuses localhost), the system clock, and \
+             that the key in the state directory is the one the page subscribed with (turn notifications off and on)"
+        ),
+        Answer::Status { status: 300..=399, .. } => {
+            log::warn!("push to device {device:?}: {described}: redirects are not followed")
+        }
+        _ => log::warn!("push to device {device:?}: {described}: given up"),
+    }
+}
+
+/// `https://host[:port]` of an endpoint, for logs (never its path, which is a secret
+/// capability of the subscription).
+fn origin_of(endpoint: &str) -> String {
+    hermes_mobile::push::Endpoint::parse(endpoint).map_or_else(|_| "the push service".to_owned(), |e| e.origin())
+}
+
+/// A `Topic` for a card: at most 32 characters of the URL-safe alphabet (RFC 8030 5.4).
+pub fn topic(prompt: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(prompt.as_bytes());
+    hermes_mobile::wire::push::b64url(&digest[..16])
+}
+
+#[cfg(test)]
+mod tests;

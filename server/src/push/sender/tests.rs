@@ -1,0 +1,193 @@
+//! The sender on virtual time: no sockets, no sleeps.
+
+use super::*;
+use hermes_mobile::{MessageId, PromptId, PromptKind};
+
+fn sub(n: u8) -> Subscription {
+    Subscription {
+        endpoint: format!("https://fcm.googleapis.com/fcm/send/{n}"),
+        p256dh: "k".into(),
+        auth: "a".into(),
+        app_url: None,
+    }
+}
+
+fn dev() -> DeviceId {
+    DeviceId("phone".into())
+}
+
+fn at(secs: u64) -> Time {
+    Time::from_secs(secs)
+}
+
+fn reply(n: u8) -> Notification {
+    Notification {
+        device: dev(),
+        event: NotifyEvent::Reply { message: MessageId(format!("m{n}")), text: format!("reply {n}") },
+    }
+}
+
+fn card(ttl: u64) -> Notification {
+    Notification {
+        device: dev(),
+        event: NotifyEvent::Card {
+            prompt: PromptId("c1".into()),
+            kind: PromptKind::ExecApproval,
+            text: "ls".into(),
+            ttl: Duration::from_secs(ttl),
+        },
+    }
+}
+
+fn drain(s: &mut Sender) -> Vec<SendOut> {
+    std::iter::from_fn(|| s.poll()).collect()
+}
+
+fn posts(s: &mut Sender) -> Vec<JobId> {
+    drain(s)
+        .into_iter()
+        .map(|o| match o {
+            SendOut::Post(id) => id,
+            other => panic!("{other:?}"),
+        })
+        .collect()
+}
+
+fn status(status: u16) -> Answer {
+    Answer::Status { status, retry_after: None }
+}
+
+#[test]
+fn a_card_goes_at_once_to_each_subscription_and_ntfy_with_its_topic_and_ttl() {
+    let mut s = Sender::new(ContentMode::Preview, true);
+    s.notify(at(10), card(90), &[sub(1), sub(2)]);
+    let ids = posts(&mut s);
+    assert_eq!(ids.len(), 3);
+    let channels: Vec<_> = ids.iter().map(|id| s.job(*id).unwrap().channel.clone()).collect();
+    assert_eq!(channels, vec![Channel::WebPush(sub(1)), Channel::WebPush(sub(2)), Channel::Ntfy]);
+    let job = s.job(ids[0]).unwrap();
+    assert_eq!(job.ttl_secs(at(10)), 90, "a card's TTL is at most the time it has left");
+    assert_eq!(job.topic.as_deref(), Some(topic("c1").as_str()));
+    assert!(job.topic.as_ref().unwrap().len() <= 32);
+    assert!(job.content.urgent);
+}
+
+#[test]
+fn replies_within_the_window_make_one_notification_and_a_connected_phone_gets_none() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), reply(1), &[sub(1)]);
+    s.notify(at(1), reply(2), &[sub(1)]);
+    s.notify(at(1), reply(3), &[sub(1)]);
+    assert!(drain(&mut s).is_empty());
+    assert_eq!(s.poll_timeout(), Some(Time::ZERO + COALESCE));
+    s.handle_timeout(at(2));
+    let ids = posts(&mut s);
+    assert_eq!(ids.len(), 1);
+    let job = s.job(ids[0]).unwrap();
+    assert_eq!((job.content.title.as_str(), job.content.body.as_str()), ("Hermes: 3 new messages", "reply 3"));
+    assert_eq!(job.topic, None);
+    // One more, then the phone connects before the window ends: nothing is sent.
+    s.notify(at(5), reply(4), &[sub(1)]);
+    s.device_online(&dev());
+    s.handle_timeout(at(10));
+    assert!(drain(&mut s).is_empty());
+}
+
+#[test]
+fn gone_subscriptions_are_reported_and_never_retried() {
+    for code in [404, 410] {
+        let mut s = Sender::new(ContentMode::Preview, false);
+        s.notify(at(0), card(60), &[sub(1)]);
+        let id = posts(&mut s)[0];
+        s.answer(at(1), id, status(code));
+        assert_eq!(drain(&mut s), vec![SendOut::Gone { device: dev(), endpoint: sub(1).endpoint }]);
+        assert_eq!(s.poll_timeout(), None);
+        assert_eq!(s.last_error(), Some(format!("{code} from https://fcm.googleapis.com").as_str()));
+    }
+}
+
+#[test]
+fn a_429_waits_for_retry_after_and_5xx_backs_off_within_the_ttl() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(300), &[sub(1)]);
+    let id = posts(&mut s)[0];
+    s.answer(at(1), id, Answer::Status { status: 429, retry_after: Some(Duration::from_secs(30)) });
+    assert_eq!(s.poll_timeout(), Some(at(31)));
+    s.handle_timeout(at(30));
+    assert!(drain(&mut s).is_empty(), "not sooner than Retry-After");
+    s.handle_timeout(at(31));
+    assert_eq!(posts(&mut s), vec![id]);
+    s.answer(at(32), id, status(503));
+    assert_eq!(s.poll_timeout(), Some(at(42)), "second attempt failed: 10 s");
+    s.handle_timeout(at(42));
+    assert_eq!(posts(&mut s), vec![id]);
+    s.answer(at(43), id, Answer::Failed("connection refused".into()));
+    assert_eq!(s.poll_timeout(), Some(at(63)));
+    s.handle_timeout(at(63));
+    posts(&mut s);
+    s.answer(at(64), id, status(201));
+    assert_eq!(s.poll_timeout(), None);
+    // Past the TTL, a failure is not retried.
+    s.notify(at(100), card(3), &[sub(1)]);
+    let id = posts(&mut s)[0];
+    s.answer(at(101), id, status(500));
+    assert_eq!(s.poll_timeout(), None);
+    assert!(s.job(id).is_none());
+}
+
+#[test]
+fn auth_failures_too_large_and_redirects_are_not_retried() {
+    for code in [401, 403, 413, 301, 302, 400] {
+        let mut s = Sender::new(ContentMode::Preview, false);
+        s.notify(at(0), card(300), &[sub(1)]);
+        let id = posts(&mut s)[0];
+        s.answer(at(1), id, status(code));
+        assert!(drain(&mut s).is_empty(), "{code}");
+        assert_eq!(s.poll_timeout(), None, "{code}");
+    }
+}
+
+#[test]
+fn a_test_reports_once_every_subscription_answered_naming_the_status() {
+    let test = |id: &str| Notification {
+        device: dev(),
+        event: NotifyEvent::Test { conn: ConnId(7), id: id.into() },
+    };
+    let mut s = Sender::new(ContentMode::Preview, true);
+    s.notify(at(0), test("t1"), &[sub(1), sub(2)]);
+    let ids = posts(&mut s);
+    assert_eq!(ids.len(), 2, "a test goes to Web Push only");
+    s.answer(at(1), ids[0], status(410));
+    let out = drain(&mut s);
+    assert_eq!(out.len(), 1, "{out:?}");
+    s.answer(at(1), ids[1], status(201));
+    assert_eq!(drain(&mut s), vec![SendOut::TestResult { conn: ConnId(7), id: "t1".into(), result: Ok(()) }]);
+
+    s.notify(at(2), test("t2"), &[sub(3)]);
+    let id = posts(&mut s)[0];
+    s.answer(at(3), id, status(503));
+    match drain(&mut s).as_slice() {
+        [SendOut::TestResult { id, result: Err(why), .. }] => {
+            assert_eq!(id, "t2");
+            assert!(why.contains("503"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+    s.notify(at(4), test("t3"), &[]);
+    assert!(matches!(drain(&mut s).as_slice(), [SendOut::TestResult { result: Err(_), .. }]));
+}
+
+#[test]
+fn jobs_are_bounded() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    let subs: Vec<_> = (0..4).map(sub).collect();
+    for n in 0..100 {
+        let mut c = card(300);
+        if let NotifyEvent::Card { prompt, .. } = &mut c.event {
+            *prompt = PromptId(format!("c{n}"));
+        }
+        s.notify(at(0), c, &subs);
+    }
+    assert_eq!(posts(&mut s).len(), MAX_JOBS);
+    assert!(s.last_error().unwrap().contains("dropped"));
+}
