@@ -87,6 +87,17 @@ async function subscribe(vapidKey) {
   return sub || reg.pushManager.subscribe({ userVisibleOnly: true, applicationServerKey: key });
 }
 
+// The address the gateway links a notification to: this page, without its fragment.
+const appUrl = () => location.origin + location.pathname;
+
+// Subscribes this browser and registers it at the gateway; returns the endpoint.
+async function subscribeAtGateway(client) {
+  if (!client || !client.online) throw new Error('connect to the gateway first');
+  const sub = await subscribe(client.webPushKey);
+  await client.pushSubscribe(sub.toJSON(), appUrl());
+  return sub.endpoint;
+}
+
 async function currentSubscription() {
   if (!browserEnv().supported || !globalThis.isSecureContext) return null;
   try {
@@ -100,6 +111,22 @@ async function currentSubscription() {
 function gatewayError(e) {
   const what = e && e.code ? `${e.code}${e.message && e.message !== e.code ? ': ' + e.message : ''}` : String((e && e.message) || e);
   return `Notifications: ${what}`;
+}
+
+// `why` is explainNoPush's sentence; a subscription that is on can still be turned off.
+function renderControl(ui, { why, on, busy }) {
+  const state = why ? 'unavailable' : on ? 'on' : 'off';
+  const label = { on: 'Notifications: on', off: 'Notifications: off', unavailable: 'Notifications: not available' }[state];
+  ui.button.dataset.state = state;
+  ui.button.setAttribute('aria-label', label);
+  ui.button.title = label;
+  ui.state.dataset.state = state;
+  ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Notifications are off. Turn them on to hear about cards and replies while the app is closed.');
+  ui.toggle.hidden = !!why && !on;
+  ui.toggle.textContent = on ? 'Turn off notifications' : 'Turn on notifications';
+  ui.toggle.disabled = busy;
+  ui.test.hidden = !on;
+  ui.test.disabled = busy;
 }
 
 /**
@@ -116,17 +143,7 @@ export function initPush({ getClient, notice }) {
   function render() {
     const client = getClient();
     const why = explainNoPush(browserEnv(), client && client.ready ? client.webPushKey : null);
-    const state = why ? 'unavailable' : on ? 'on' : 'off';
-    ui.button.dataset.state = state;
-    ui.button.setAttribute('aria-label', state === 'on' ? 'Notifications: on' : state === 'off' ? 'Notifications: off' : 'Notifications: not available');
-    ui.button.title = ui.button.getAttribute('aria-label');
-    ui.state.dataset.state = state;
-    ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Notifications are off. Turn them on to hear about cards and replies while the app is closed.');
-    ui.toggle.hidden = !!why && !on;
-    ui.toggle.textContent = on ? 'Turn off notifications' : 'Turn on notifications';
-    ui.toggle.disabled = busy;
-    ui.test.hidden = !on;
-    ui.test.disabled = busy;
+    renderControl(ui, { why, on, busy });
   }
 
   async function run(fn) {
@@ -144,11 +161,7 @@ export function initPush({ getClient, notice }) {
   }
 
   async function turnOn() {
-    const client = getClient();
-    if (!client || !client.online) throw new Error('connect to the gateway first');
-    const sub = await subscribe(client.webPushKey);
-    await client.pushSubscribe(sub.toJSON(), location.origin + location.pathname);
-    store.set(sub.endpoint);
+    store.set(await subscribeAtGateway(getClient()));
     on = true;
   }
 
@@ -181,14 +194,18 @@ export function initPush({ getClient, notice }) {
       ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
       render();
     },
-    /** After `ready`: shows the state; a subscription the browser renewed is registered again. */
+    /**
+     * After `ready`: shows the state. A subscription the browser renewed (a new endpoint),
+     * or one for a key the gateway no longer has, is registered again.
+     */
     async onReady(client) {
       const sub = await currentSubscription();
       const known = store.get();
       on = !!(sub && known);
       render();
-      if (on && sub.endpoint !== known && client.webPushKey) {
-        client.pushSubscribe(sub.toJSON(), location.origin + location.pathname).then(() => store.set(sub.endpoint), () => {});
+      const key = client.webPushKey;
+      if (on && key && (sub.endpoint !== known || !sameKey(sub, base64UrlToBytes(key)))) {
+        subscribeAtGateway(client).then((endpoint) => store.set(endpoint), () => {});
       }
     },
     /** "Forget this device": the subscription goes, at the gateway too while connected. */

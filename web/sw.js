@@ -131,8 +131,10 @@ function targetUrl(d) {
 
 async function openFromNotification(d) {
   const scope = new URL(self.registration.scope);
-  const wins = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
-  const win = wins.find((c) => new URL(c.url).pathname === scope.pathname) || wins.find((c) => c.url.startsWith(scope.href));
+  // Top-level windows only: the avatar page in the chat's iframe is a window client too.
+  const all = await self.clients.matchAll({ type: 'window', includeUncontrolled: true });
+  const wins = all.filter((c) => c.frameType !== 'nested');
+  const win = wins.find((c) => new URL(c.url).pathname === scope.pathname); // the chat, not /avatar/
   if (win) {
     // An open chat brings the card or message into view itself; no reload, no second tab.
     win.postMessage({ type: 'hermes-open', kind: d.kind || '', id: d.id || '' });
