@@ -172,6 +172,8 @@ def test_service_worker_caches_the_shell_and_the_app_starts_offline(make_app, ow
     expect(page.locator("#composer")).to_be_visible()
     expect(page.locator("#pair")).to_be_hidden()
     expect(page.locator("#status")).to_have_attribute("data-state", re.compile("offline|connecting"))
+    # With its history (history.js keeps it in IndexedDB).
+    expect(page.locator('.msg[data-from="agent"] .msg-text').filter(has_text="echo: hello before going offline")).to_have_count(1)
     page.locator("#composer").fill("typed with no network")
     expect(page.locator("#send-button")).to_be_enabled()
     assert page.evaluate("getComputedStyle(document.querySelector('.composer-bar')).display") != "none"
