@@ -156,6 +156,7 @@ def test_service_worker_caches_the_shell_and_the_app_starts_offline(make_app, ow
     assert scope == gw.base + "/", scope
     app.send("hello before going offline")
     app.agent_text("echo: hello before going offline")
+    page.wait_for_timeout(600)  # history.js writes to IndexedDB 200 ms after a change
     # One cache, named by the build the gateway wrote into sw.js, with the shell only.
     caches = shell_cache(page)
     assert len(caches) == 1, caches
