@@ -62,10 +62,11 @@ enum Op {
 }
 
 const TOKENS: [&str; 3] = ["app-token", "bound-token", "cron-token"];
+const P256DH: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
 
 fn known(which: u8, x: u8) -> String {
     let id = format!("i{}", x % 6);
-    match which % 9 {
+    match which % 11 {
         0 => format!(r#"{{"t":"text","id":"{id}","text":"hi {x}"}}"#),
         1 => format!(
             r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#,
@@ -77,6 +78,12 @@ fn known(which: u8, x: u8) -> String {
         5 => format!(r#"{{"t":"audio","id":"{id}","format":"wav","data":"UklGRg=="}}"#),
         6 => format!(r#"{{"t":"ping","ts":{x}}}"#),
         7 => r#"{"t":"typing"}"#.to_owned(),
+        // issue 18: subscriptions (allowed and not), tests and unsubscribes.
+        8 => format!(
+            r#"{{"t":"push_subscribe","id":"{id}","subscription":{{"endpoint":"https://{}/p/{x}","keys":{{"p256dh":"{P256DH}","auth":"BTBZMqHH6r4Tts7J_aSIgg"}}}}}}"#,
+            if x % 2 == 0 { "fcm.googleapis.com" } else { "evil.example" }
+        ),
+        9 => format!(r#"{{"t":"push_{}","id":"{id}"}}"#, if x % 2 == 0 { "test" } else { "unsubscribe" }),
         _ => format!(
             r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}}}}"#,
             x % 3
@@ -88,6 +95,8 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut config = Config::new(TOKENS[0]);
     config.extra_tokens = vec![("tel-1".into(), TOKENS[1].into())];
     config.deliver_tokens = vec![TOKENS[2].into()];
+    let hosts = hermes_mobile::push::AllowList::new([]).expect("the built-in list parses");
+    config.push = Some(hermes_mobile::push::PushConfig::new(P256DH, hosts));
     let mut gw = Gateway::new(config);
     let mut now = Time::ZERO;
     let mut conns: Vec<ConnId> = Vec::new();
@@ -204,6 +213,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     assert!(closed.insert(conn), "closed twice");
                 }
                 Output::Authenticated { conn, .. } => assert!(!closed.contains(&conn)),
+                Output::Notify(_) | Output::PushChanged => {}
             }
         }
         while gw.poll_event().is_some() {}

@@ -13,6 +13,7 @@
 //! - `deliver <dev>`: deliver "cron says hi" to <dev> (ref "d")
 //! - `card`: open_prompt exec_approval "rm -rf /tmp/x"
 //! - `slow`: nothing (the turn stays in flight)
+//! - `later <ms> <message>`: answers `<message>` as above after `<ms>` milliseconds
 //!
 //! Every line from the gateway is also appended to `$AGENT_LOG` (if set), so tests can see
 //! what the agent received. SIGTERM is logged there as "SIGTERM" before exiting 0.
@@ -157,6 +158,15 @@ fn answer(out: &mut impl Write, msg: &Value, n: usize) {
             return send(out, v);
         }
         "slow" => return,
+        "later" => {
+            // `later <ms> <message>`: answers <message> after a pause, so that a test can
+            // see the answer reach a phone that left meanwhile (issue 18's pushes).
+            let (ms, inner) = rest.split_once(' ').unwrap_or((rest, ""));
+            std::thread::sleep(std::time::Duration::from_millis(ms.parse().unwrap_or(0)));
+            let mut later = msg.clone();
+            later["text"] = json!(inner);
+            return answer(out, &later, n);
+        }
         _ => reply(out, "?", None),
     }
     send(out, json!({"t": "end_turn", "device": dev}));

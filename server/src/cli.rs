@@ -160,6 +160,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     }
     let mut server = match server::Server::bind(config, seed) {
         Ok(s) => s,
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return fail(e.to_string(), 1),
         Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
     };
     let pairing = pair::Pairing {

@@ -18,7 +18,8 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn create_private_dir(dir: &Path) -> io::Result<()> {
+/// The state directory, made owner-only (0700) if it is not there.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
 }

@@ -288,10 +288,32 @@ mod tests {
                 "css" => "text/css",
                 "js" => "text/javascript",
                 "svg" => "image/svg+xml",
+                "png" => "image/png",
+                "webmanifest" => "application/manifest+json",
                 _ => "text/html",
             };
             assert!(ty.starts_with(want), "{url}: {ty}");
         }
+    }
+
+    #[test]
+    fn the_service_worker_carries_the_builds_version() {
+        // issue 18: its cache of the app shell is named by a digest of the other files.
+        let body = |web: &Web| {
+            let resp = web.respond(&get("/sw.js"));
+            String::from_utf8_lossy(&resp).into_owned()
+        };
+        let web = Web::embedded();
+        let sw = body(&web);
+        assert!(!sw.contains(BUILD_PLACEHOLDER), "the placeholder is replaced");
+        let mut files: Vec<File> = FILES
+            .iter()
+            .map(|&(url, _, ty, bytes)| File::new(url, ty, Cow::Borrowed(bytes)))
+            .collect();
+        let app = files.iter_mut().find(|f| f.url == "/app.js").unwrap();
+        *app = File::new("/app.js", app.content_type, Cow::Owned(b"changed".to_vec()));
+        let changed = Web::stamped(files);
+        assert_ne!(body(&changed), sw, "another app.js, another version");
     }
 
     #[test]

@@ -13,32 +13,6 @@ use serde_json::{json, Value};
 
 const AGENT_TOKEN: &str = "agent-token-0123456789";
 
-/// The scripted agent, a Rust example that `cargo test` builds beside the tests, so that
-/// the suite needs nothing but Rust (issue 17).
-fn script() -> String {
-    // The test runs from target/<profile>/deps/; examples are built to target/<profile>/examples/.
-    let exe = std::env::current_exe().expect("the test's own path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
-    let agent = profile_dir.join("examples").join("scripted_agent");
-    let build = "run the tests with `cargo test` (which builds the examples) or build it with `cargo build -p hermes-mobile-server --example scripted_agent`";
-    let built = std::fs::metadata(&agent).and_then(|m| m.modified());
-    let Ok(built) = built else {
-        panic!("no scripted agent at {}: {build}", agent.display());
-    };
-    // `cargo test --test agent_link` does not rebuild examples: refuse a stale one rather
-    // than test the gateway against an agent that is not the source's.
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scripted_agent.rs");
-    let edited = std::fs::metadata(&source)
-        .and_then(|m| m.modified())
-        .expect("the source");
-    assert!(
-        built >= edited,
-        "the scripted agent at {} is older than its source: {build}",
-        agent.display()
-    );
-    agent.display().to_string()
-}
-
 /// Whether python3 runs here. The documented example agent is Python: its test runs
 /// where Python is, and CI (which sets HERMES_MOBILE_REQUIRE_PYTHON) insists on it.
 fn python_available() -> bool {
@@ -62,7 +36,7 @@ fn path_env() -> String {
 fn exec_server(extra: &[(&str, &str)]) -> (Server, PathBuf) {
     let log = std::env::temp_dir().join(format!("hm-agent-{}-{}.log", std::process::id(), rand_suffix()));
     let _ = std::fs::remove_file(&log);
-    let agent = format!("exec:{}", script());
+    let agent = format!("exec:{}", scripted_agent());
     let path = path_env();
     let log_s = log.to_string_lossy().into_owned();
     let mut env: Vec<(&str, &str)> = vec![("MOBILE_AGENT", &agent), ("PATH", &path), ("AGENT_LOG", &log_s)];
@@ -517,7 +491,7 @@ fn an_agent_that_never_stops_writing_cannot_starve_the_phones() {
 
 #[test]
 fn a_compound_command_line_runs_through_the_shell() {
-    let agent = format!("exec:cd / && {}", script());
+    let agent = format!("exec:cd / && {}", scripted_agent());
     let path = path_env();
     let server = Server::start(&[("MOBILE_AGENT", &agent), ("PATH", &path)]);
     wait_for_agent(&server);

@@ -62,7 +62,9 @@ impl Gateway {
 
     pub(super) fn on_push_subscribe(&mut self, conn: ConnId, device: &DeviceId, frame: PushSubscribe<'_>) {
         let id = frame.id.as_ref();
-        let Some(push) = self.push_config_or_refuse(conn, id) else { return };
+        let Some(push) = self.push_config_or_refuse(conn, id) else {
+            return;
+        };
         if !(push.point_check)(&frame.p256dh) {
             let r = Rejection::bad_frame("subscription.keys.p256dh is not a P-256 point");
             return self.send_error(conn, &r.with_id(Some(id)), false);
@@ -79,9 +81,15 @@ impl Gateway {
             app_url: frame.app_url.map(|u| u.into_owned()),
         };
         if let Some(old) = self.push.subscribe(device, sub) {
-            log::info!("device {old:?}: push subscriptions dropped: {} devices have some", crate::push::MAX_DEVICES);
+            log::info!(
+                "device {old:?}: push subscriptions dropped: {} devices have some",
+                crate::push::MAX_DEVICES
+            );
         }
-        log::info!("device {device:?}: push subscription kept ({} for it)", self.push.get(device).len());
+        log::info!(
+            "device {device:?}: push subscription kept ({} for it)",
+            self.push.get(device).len()
+        );
         self.outputs.push_back(Output::PushChanged);
         self.send(conn, encode("push_subscribed", &PushAnswer { id: id.into() }));
     }
@@ -106,7 +114,10 @@ impl Gateway {
             let r = Rejection::new(ErrorCode::Forbidden, "this device has no push subscription").with_id(Some(id));
             return self.send_error(conn, &r, false);
         }
-        let event = NotifyEvent::Test { conn, id: id.to_owned() };
+        let event = NotifyEvent::Test {
+            conn,
+            id: id.to_owned(),
+        };
         self.outputs.push_back(Output::Notify(Notification {
             device: device.clone(),
             event,
@@ -116,7 +127,10 @@ impl Gateway {
     fn push_config_or_refuse(&mut self, conn: ConnId, id: &str) -> Option<crate::push::PushConfig> {
         let push = self.config.push.clone().filter(|p| p.vapid_public_key.is_some());
         if push.is_none() {
-            let r = Rejection::new(ErrorCode::UnsupportedFrame, "push is off on this gateway (MOBILE_PUSH=off)");
+            let r = Rejection::new(
+                ErrorCode::UnsupportedFrame,
+                "push is off on this gateway (MOBILE_PUSH=off)",
+            );
             self.send_error(conn, &r.with_id(Some(id)), false);
         }
         push

@@ -128,9 +128,11 @@ fn split_host_port(authority: &str) -> Result<(String, u16), EndpointError> {
     };
     let port = match port {
         None => 443,
-        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => {
-            p.parse::<u16>().ok().filter(|p| *p != 0).ok_or(EndpointError::BadPort)?
-        }
+        Some(p) if !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()) => p
+            .parse::<u16>()
+            .ok()
+            .filter(|p| *p != 0)
+            .ok_or(EndpointError::BadPort)?,
         Some(_) => return Err(EndpointError::BadPort),
     };
     Ok((host, port))
@@ -161,8 +163,7 @@ impl AllowList {
                 Some(rest) => (true, rest),
                 None => (false, raw),
             };
-            let (host, port) =
-                split_host_port(rest).map_err(|_| format!("{raw:?} is not a host or host:port"))?;
+            let (host, port) = split_host_port(rest).map_err(|_| format!("{raw:?} is not a host or host:port"))?;
             entries.push(Allowed { host, wildcard, port });
         }
         Ok(AllowList { entries })
@@ -230,9 +231,15 @@ mod tests {
             ("fcm.googleapis.com/x", EndpointError::NotHttps),
             ("https://user@fcm.googleapis.com/x", EndpointError::UserInfo),
             ("https://evil.example@fcm.googleapis.com/x", EndpointError::UserInfo),
-            ("https://fcm.googleapis.com:pass@evil.example/x", EndpointError::UserInfo),
+            (
+                "https://fcm.googleapis.com:pass@evil.example/x",
+                EndpointError::UserInfo,
+            ),
             ("https://fcm.googleapis.com/a b", EndpointError::BadCharacter),
-            ("https://fcm.googleapis.com/x\r\nHost: evil", EndpointError::BadCharacter),
+            (
+                "https://fcm.googleapis.com/x\r\nHost: evil",
+                EndpointError::BadCharacter,
+            ),
             ("https://fcm.googleapis.com/x#frag", EndpointError::BadCharacter),
             ("https://fcm.googleapis.com./x", EndpointError::BadHost),
             ("https://fcm%2egoogleapis.com/x", EndpointError::BadHost),
@@ -253,7 +260,10 @@ mod tests {
         assert_eq!(l.check("https://127.0.0.1/p/1"), Err(EndpointError::NotAllowed));
         assert_eq!(l.check("https://127.0.0.1:8444/p/1"), Err(EndpointError::NotAllowed));
         assert!(l.check("https://push.example.org/p").is_ok());
-        assert_eq!(l.check("https://push.example.org:8443/p"), Err(EndpointError::NotAllowed));
+        assert_eq!(
+            l.check("https://push.example.org:8443/p"),
+            Err(EndpointError::NotAllowed)
+        );
         assert!(l.check("https://[::1]:9443/p").is_ok());
         assert!(AllowList::new(["not a host"]).is_err());
         assert!(AllowList::new(["host:http"]).is_err());
@@ -267,6 +277,9 @@ mod tests {
         let e = Endpoint::parse("https://127.0.0.1:8443").unwrap();
         assert_eq!((e.origin().as_str(), e.path.as_str()), ("https://127.0.0.1:8443", "/"));
         let e = Endpoint::parse("https://[::1]:8443?x").unwrap();
-        assert_eq!((e.origin().as_str(), e.path.as_str(), e.bare_host()), ("https://[::1]:8443", "/?x", "::1"));
+        assert_eq!(
+            (e.origin().as_str(), e.path.as_str(), e.bare_host()),
+            ("https://[::1]:8443", "/?x", "::1")
+        );
     }
 }

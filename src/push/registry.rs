@@ -174,7 +174,13 @@ mod tests {
     fn the_same_endpoint_replaces_its_keys_and_four_is_the_most_per_device() {
         let mut r = Registry::default();
         r.subscribe(&dev("a"), sub(1));
-        r.subscribe(&dev("a"), Subscription { p256dh: "new".into(), ..sub(1) });
+        r.subscribe(
+            &dev("a"),
+            Subscription {
+                p256dh: "new".into(),
+                ..sub(1)
+            },
+        );
         assert_eq!(r.get(&dev("a")).len(), 1);
         assert_eq!(r.get(&dev("a"))[0].p256dh, "new");
         for n in 2..=6 {
@@ -200,7 +206,13 @@ mod tests {
     fn removing_the_last_subscription_forgets_the_device_and_a_snapshot_round_trips() {
         let mut r = Registry::default();
         r.subscribe(&dev("a"), sub(1));
-        r.subscribe(&dev("b"), Subscription { app_url: Some("https://pi/".into()), ..sub(2) });
+        r.subscribe(
+            &dev("b"),
+            Subscription {
+                app_url: Some("https://pi/".into()),
+                ..sub(2)
+            },
+        );
         assert!(r.remove(&dev("a"), &sub(1).endpoint));
         assert!(!r.has(&dev("a")));
         assert!(!r.remove(&dev("a"), &sub(1).endpoint));

@@ -264,7 +264,10 @@ struct RawAttachment<'a> {
 
 /// A string field: absent (`None`), or present with the right type. A present field of the
 /// wrong type is `bad_frame` (decisions G5). JSON `null` counts as absent.
-pub(super) fn opt_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<Option<&'s Cow<'a, str>>, Rejection> {
+pub(super) fn opt_str<'s, 'a>(
+    field: &'s Option<Scalar<'a>>,
+    name: &'static str,
+) -> Result<Option<&'s Cow<'a, str>>, Rejection> {
     match field {
         None => Ok(None),
         Some(Scalar::Str(s)) => Ok(Some(s)),
@@ -272,7 +275,10 @@ pub(super) fn opt_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str)
     }
 }
 
-pub(super) fn req_str<'s, 'a>(field: &'s Option<Scalar<'a>>, name: &'static str) -> Result<&'s Cow<'a, str>, Rejection> {
+pub(super) fn req_str<'s, 'a>(
+    field: &'s Option<Scalar<'a>>,
+    name: &'static str,
+) -> Result<&'s Cow<'a, str>, Rejection> {
     opt_str(field, name)?.ok_or_else(|| Rejection::new(ErrorCode::BadFrame, format!("{name} is required")))
 }
 

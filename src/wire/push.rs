@@ -71,9 +71,10 @@ pub(super) fn subscribe<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejec
     };
     let endpoint = req_str(&sub.endpoint, "subscription.endpoint")?;
     if exceeds_chars(endpoint, MAX_ENDPOINT_CHARS) {
-        return Err(Rejection::new(ErrorCode::BadFrame, format!(
-            "subscription.endpoint is over {MAX_ENDPOINT_CHARS} characters"
-        )));
+        return Err(Rejection::new(
+            ErrorCode::BadFrame,
+            format!("subscription.endpoint is over {MAX_ENDPOINT_CHARS} characters"),
+        ));
     }
     let keys = match &sub.keys {
         None => return Err(Rejection::bad_frame("subscription.keys is required")),
@@ -82,7 +83,9 @@ pub(super) fn subscribe<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejec
     };
     let p256dh = key(&keys.p256dh, "subscription.keys.p256dh", 65)?;
     if p256dh[0] != 4 {
-        return Err(Rejection::bad_frame("subscription.keys.p256dh is not an uncompressed P-256 point"));
+        return Err(Rejection::bad_frame(
+            "subscription.keys.p256dh is not an uncompressed P-256 point",
+        ));
     }
     let auth = key(&keys.auth, "subscription.keys.auth", 16)?;
     let app_url = opt_str(&raw.app_url, "app_url")?
@@ -101,11 +104,18 @@ fn key(field: &Option<Scalar<'_>>, name: &'static str, len: usize) -> Result<Vec
     let text = req_str(field, name)?;
     // Far longer than any key: refused before decoding.
     if text.len() > 4 * len {
-        return Err(Rejection::new(ErrorCode::BadFrame, format!("{name} must be {len} bytes")));
+        return Err(Rejection::new(
+            ErrorCode::BadFrame,
+            format!("{name} must be {len} bytes"),
+        ));
     }
-    let bytes = from_b64url(text).ok_or_else(|| Rejection::new(ErrorCode::BadFrame, format!("{name} is not base64url")))?;
+    let bytes =
+        from_b64url(text).ok_or_else(|| Rejection::new(ErrorCode::BadFrame, format!("{name} is not base64url")))?;
     if bytes.len() != len {
-        return Err(Rejection::new(ErrorCode::BadFrame, format!("{name} must be {len} bytes")));
+        return Err(Rejection::new(
+            ErrorCode::BadFrame,
+            format!("{name} must be {len} bytes"),
+        ));
     }
     Ok(bytes)
 }
@@ -148,7 +158,10 @@ mod tests {
         assert_eq!((s.p256dh.len(), s.auth.len(), s.id.as_ref()), (65, 16, "s1"));
         assert_eq!(b64url(&s.p256dh), P256DH);
         // Padding is accepted.
-        assert!(parse(&format!(r#"{{"endpoint":"https://a/","keys":{{"p256dh":"{P256DH}","auth":"{AUTH}=="}}}}"#)).is_ok());
+        assert!(parse(&format!(
+            r#"{{"endpoint":"https://a/","keys":{{"p256dh":"{P256DH}","auth":"{AUTH}=="}}}}"#
+        ))
+        .is_ok());
     }
 
     #[test]
@@ -159,17 +172,38 @@ mod tests {
         let cases = [
             ("5".to_owned(), "subscription must be an object"),
             (r#"{"keys":{}}"#.to_owned(), "subscription.endpoint is required"),
-            (r#"{"endpoint":"https://a/"}"#.to_owned(), "subscription.keys is required"),
-            (format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":7}}}}"#), "auth must be a string"),
-            (format!(r#"{{"endpoint":"https://a/","keys":{{{point}}}}}"#), "auth is required"),
-            (format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":"AAAA"}}}}"#), "must be 16 bytes"),
-            (format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":"!!"}}}}"#), "not base64url"),
-            (format!(r#"{{"endpoint":"https://a/","keys":{{"p256dh":"AAAA","auth":"{AUTH}"}}}}"#), "must be 65 bytes"),
+            (
+                r#"{"endpoint":"https://a/"}"#.to_owned(),
+                "subscription.keys is required",
+            ),
+            (
+                format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":7}}}}"#),
+                "auth must be a string",
+            ),
+            (
+                format!(r#"{{"endpoint":"https://a/","keys":{{{point}}}}}"#),
+                "auth is required",
+            ),
+            (
+                format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":"AAAA"}}}}"#),
+                "must be 16 bytes",
+            ),
+            (
+                format!(r#"{{"endpoint":"https://a/","keys":{{{point},"auth":"!!"}}}}"#),
+                "not base64url",
+            ),
+            (
+                format!(r#"{{"endpoint":"https://a/","keys":{{"p256dh":"AAAA","auth":"{AUTH}"}}}}"#),
+                "must be 65 bytes",
+            ),
             (
                 format!(r#"{{"endpoint":"https://a/","keys":{{"p256dh":"{not_a_point}","auth":"{AUTH}"}}}}"#),
                 "not an uncompressed P-256 point",
             ),
-            (format!(r#"{{"endpoint":"https://a/{long}","keys":{{{point},"auth":"{AUTH}"}}}}"#), "over 2048"),
+            (
+                format!(r#"{{"endpoint":"https://a/{long}","keys":{{{point},"auth":"{AUTH}"}}}}"#),
+                "over 2048",
+            ),
         ];
         for (sub, want) in cases {
             let r = parse(&sub).unwrap_err();
@@ -187,7 +221,13 @@ mod tests {
             parse_client_frame(br#"{"t":"push_unsubscribe","id":"u"}"#),
             Ok(ClientFrame::PushUnsubscribe { .. })
         ));
-        assert!(matches!(parse_client_frame(br#"{"t":"push_test","id":"x"}"#), Ok(ClientFrame::PushTest { .. })));
-        assert_eq!(parse_client_frame(br#"{"t":"push_test"}"#).unwrap_err().code, ErrorCode::BadFrame);
+        assert!(matches!(
+            parse_client_frame(br#"{"t":"push_test","id":"x"}"#),
+            Ok(ClientFrame::PushTest { .. })
+        ));
+        assert_eq!(
+            parse_client_frame(br#"{"t":"push_test"}"#).unwrap_err().code,
+            ErrorCode::BadFrame
+        );
     }
 }

@@ -20,6 +20,10 @@ pub struct Harness {
     pub events: Vec<AgentEvent>,
     /// `DeviceOnline`/`DeviceOffline` events, in order.
     pub presence: Vec<AgentEvent>,
+    /// What the gateway asked to notify (issue 18), in order.
+    pub notices: Vec<hermes_mobile::push::Notification>,
+    /// How many times the push subscriptions changed.
+    pub push_changes: usize,
 }
 
 impl Harness {
@@ -36,6 +40,8 @@ impl Harness {
             closed: HashMap::new(),
             events: Vec::new(),
             presence: Vec::new(),
+            notices: Vec::new(),
+            push_changes: 0,
         }
     }
 
@@ -57,6 +63,8 @@ impl Harness {
                     );
                 }
                 Output::Authenticated { .. } => {}
+                Output::Notify(n) => self.notices.push(n),
+                Output::PushChanged => self.push_changes += 1,
             }
         }
         while let Some(e) = self.gw.poll_event() {

@@ -15,14 +15,21 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         "off" | "0" | "false" | "no" => false,
         other => return Err(format!("MOBILE_PUSH must be on or off, got {other:?}")),
     };
-    let content = match get("--push-content").unwrap_or_default().trim().to_ascii_lowercase().as_str() {
+    let content = match get("--push-content")
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+        .as_str()
+    {
         "" | "preview" => ContentMode::Preview,
         "none" => ContentMode::None,
         other => return Err(format!("MOBILE_PUSH_CONTENT must be preview or none, got {other:?}")),
     };
     let extra = list(&get("--push-hosts").unwrap_or_default());
     let hosts = AllowList::new(extra.iter().map(String::as_str)).map_err(|e| format!("MOBILE_PUSH_HOSTS: {e}"))?;
-    let public_url = get("--public-url").map(|u| u.trim().to_owned()).filter(|u| !u.is_empty());
+    let public_url = get("--public-url")
+        .map(|u| u.trim().to_owned())
+        .filter(|u| !u.is_empty());
     if let Some(url) = &public_url {
         let ok = (url.starts_with("https://") || url.starts_with("http://"))
             && url.bytes().all(|b| (0x21..=0x7e).contains(&b));
@@ -34,14 +41,26 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         Some(url) => Some(NtfyTarget::parse(&url)?),
         None => None,
     };
-    let ntfy_token = get("--ntfy-token").map(|t| t.trim().to_owned()).filter(|t| !t.is_empty());
-    if ntfy_token.as_ref().is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic())) {
+    let ntfy_token = get("--ntfy-token")
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty());
+    if ntfy_token
+        .as_ref()
+        .is_some_and(|t| !t.bytes().all(|b| b.is_ascii_graphic()))
+    {
         return Err("MOBILE_NTFY_TOKEN must be printable ASCII with no spaces".into());
     }
-    let given_subject = get("--push-subject").map(|s| s.trim().to_owned()).filter(|s| !s.is_empty());
+    let given_subject = get("--push-subject")
+        .map(|s| s.trim().to_owned())
+        .filter(|s| !s.is_empty());
     if let Some(s) = &given_subject {
-        if !(s.starts_with("mailto:") || s.starts_with("https://")) || s.contains(['"', '\\']) || s.chars().any(char::is_control) {
-            return Err(format!("MOBILE_PUSH_SUBJECT {s:?} must be a mailto: address or an https: URL"));
+        if !(s.starts_with("mailto:") || s.starts_with("https://"))
+            || s.contains(['"', '\\'])
+            || s.chars().any(char::is_control)
+        {
+            return Err(format!(
+                "MOBILE_PUSH_SUBJECT {s:?} must be a mailto: address or an https: URL"
+            ));
         }
     }
     let subject_defaulted = given_subject.is_none();
@@ -56,7 +75,10 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         subject_defaulted: subject_defaulted && !subject.starts_with("https://"),
         subject,
         hosts,
-        ca_file: get("--push-ca-file").map(|p| p.trim().to_owned()).filter(|p| !p.is_empty()).map(PathBuf::from),
+        ca_file: get("--push-ca-file")
+            .map(|p| p.trim().to_owned())
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from),
         content,
         ntfy,
         ntfy_token,

@@ -134,7 +134,9 @@ impl HttpClient {
     pub fn start(&mut self, registry: &Registry, wheel: &mut Timers, id: CallId, request: Vec<u8>, now: Instant) {
         match self.target.clone() {
             Some(target) => self.start_to(registry, wheel, id, target, request, now),
-            None => self.events.push_back((id, CallEvent::Failed(CallError::Connect("no target".into())))),
+            None => self
+                .events
+                .push_back((id, CallEvent::Failed(CallError::Connect("no target".into())))),
         }
     }
 
@@ -301,7 +303,11 @@ impl HttpClient {
         let Some(call) = self.calls.get_mut(key) else { return };
         call.addrs = addrs;
         let default = self.target.as_ref().is_some_and(|t| Arc::ptr_eq(t, &call.target));
-        if let Some(at) = self.preferred.filter(|_| default).and_then(|p| call.addrs.iter().position(|a| *a == p)) {
+        if let Some(at) = self
+            .preferred
+            .filter(|_| default)
+            .and_then(|p| call.addrs.iter().position(|a| *a == p))
+        {
             call.addrs.swap(0, at);
         }
         call.next_addr = 0;

@@ -35,15 +35,14 @@ pub fn client_config(ca_file: Option<&Path>, setting: &str) -> Result<Arc<Client
             added += 1;
         }
         if added == 0 {
-            return Err(format!(
-                "{setting} {} holds no PEM certificate",
-                path.display()
-            ));
+            return Err(format!("{setting} {} holds no PEM certificate", path.display()));
         }
         log::info!("TLS ({setting}): {added} certificate(s) from {}", path.display());
     }
     if roots.is_empty() {
-        return Err(format!("no trusted certificates for https: install ca-certificates or set {setting}"));
+        return Err(format!(
+            "no trusted certificates for https: install ca-certificates or set {setting}"
+        ));
     }
     log::debug!("TLS: {system} certificates from the system store");
     let provider = Arc::new(rustls::crypto::ring::default_provider());

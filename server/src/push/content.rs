@@ -42,24 +42,50 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode) -> Content 
                 PromptKind::SlashConfirm => "Hermes asks you to confirm",
                 PromptKind::Clarify => "Hermes has a question",
             };
-            let body = if preview { cut(text) } else { "Open the chat to answer.".to_owned() };
+            let body = if preview {
+                cut(text)
+            } else {
+                "Open the chat to answer.".to_owned()
+            };
             (title.to_owned(), body, "card", Some(prompt.as_str().to_owned()), true)
         }
         NotifyEvent::Reply { message, text } if count > 1 => {
-            let body = if preview { cut(text) } else { "Open the chat to read them.".to_owned() };
+            let body = if preview {
+                cut(text)
+            } else {
+                "Open the chat to read them.".to_owned()
+            };
             let title = format!("Hermes: {count} new messages");
             (title, body, "reply", Some(message.as_str().to_owned()), false)
         }
         NotifyEvent::Deliver { text } if count > 1 => {
-            let body = if preview { cut(text) } else { "Open the chat to read them.".to_owned() };
+            let body = if preview {
+                cut(text)
+            } else {
+                "Open the chat to read them.".to_owned()
+            };
             (format!("Hermes: {count} new messages"), body, "deliver", None, false)
         }
         NotifyEvent::Reply { message, text } => {
-            let body = if preview { cut(text) } else { "Open the chat to read it.".to_owned() };
-            ("Hermes replied".to_owned(), body, "reply", Some(message.as_str().to_owned()), false)
+            let body = if preview {
+                cut(text)
+            } else {
+                "Open the chat to read it.".to_owned()
+            };
+            (
+                "Hermes replied".to_owned(),
+                body,
+                "reply",
+                Some(message.as_str().to_owned()),
+                false,
+            )
         }
         NotifyEvent::Deliver { text } => {
-            let body = if preview { cut(text) } else { "Open the chat to read it.".to_owned() };
+            let body = if preview {
+                cut(text)
+            } else {
+                "Open the chat to read it.".to_owned()
+            };
             ("New message from Hermes".to_owned(), body, "deliver", None, false)
         }
         NotifyEvent::Test { .. } => (
@@ -75,7 +101,14 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode) -> Content 
         (_, Some(id)) => format!("#message={}", encode_fragment(id)),
         _ => String::new(),
     };
-    Content { title, body, kind, id, fragment, urgent }
+    Content {
+        title,
+        body,
+        kind,
+        id,
+        fragment,
+        urgent,
+    }
 }
 
 /// The Web Push payload: declarative Web Push (`"web_push": 8030`), which iOS 18.4+
@@ -150,7 +183,10 @@ mod tests {
         let payload: serde_json::Value =
             serde_json::from_slice(&web_push_payload(&c, Some("https://pi.example/chat/#old"))).unwrap();
         assert_eq!(payload["web_push"], 8030);
-        assert_eq!(payload["notification"]["navigate"], "https://pi.example/chat/#card=c%201");
+        assert_eq!(
+            payload["notification"]["navigate"],
+            "https://pi.example/chat/#card=c%201"
+        );
         assert_eq!(payload["notification"]["tag"], "card-c 1");
         assert_eq!(payload["hermes"], json!({"kind": "card", "id": "c 1"}));
     }
@@ -159,8 +195,13 @@ mod tests {
     fn none_says_nothing_of_the_text_the_command_or_the_description() {
         let events = [
             card(),
-            NotifyEvent::Reply { message: MessageId("m1".into()), text: "secret plan".into() },
-            NotifyEvent::Deliver { text: "secret cron".into() },
+            NotifyEvent::Reply {
+                message: MessageId("m1".into()),
+                text: "secret plan".into(),
+            },
+            NotifyEvent::Deliver {
+                text: "secret cron".into(),
+            },
         ];
         for e in events {
             for count in [1, 3] {
@@ -173,11 +214,24 @@ mod tests {
 
     #[test]
     fn coalesced_replies_say_how_many_and_show_the_latest() {
-        let e = NotifyEvent::Reply { message: MessageId("m9".into()), text: "the last one".into() };
+        let e = NotifyEvent::Reply {
+            message: MessageId("m9".into()),
+            text: "the last one".into(),
+        };
         let c = content(&e, 3, ContentMode::Preview);
-        assert_eq!((c.title.as_str(), c.body.as_str()), ("Hermes: 3 new messages", "the last one"));
+        assert_eq!(
+            (c.title.as_str(), c.body.as_str()),
+            ("Hermes: 3 new messages", "the last one")
+        );
         assert_eq!(c.fragment, "#message=m9");
-        let t = content(&NotifyEvent::Test { conn: ConnId(1), id: "t".into() }, 1, ContentMode::None);
+        let t = content(
+            &NotifyEvent::Test {
+                conn: ConnId(1),
+                id: "t".into(),
+            },
+            1,
+            ContentMode::None,
+        );
         assert_eq!(t.kind, "test");
         assert!(web_push_payload(&t, None).len() < 400);
     }

@@ -185,7 +185,10 @@ mod tests {
     fn a_payload_over_one_record_and_a_key_off_the_curve_are_refused() {
         let (secret, salt) = vector();
         let big = vec![b'x'; MAX_PLAINTEXT + 1];
-        assert_eq!(seal(&secret, &d(UA_PUBLIC), &d(AS_PUBLIC), &d(AUTH), &salt, &big), Err(EceError::TooLong));
+        assert_eq!(
+            seal(&secret, &d(UA_PUBLIC), &d(AS_PUBLIC), &d(AUTH), &salt, &big),
+            Err(EceError::TooLong)
+        );
         let full = vec![b'x'; MAX_PLAINTEXT];
         let body = seal(&secret, &d(UA_PUBLIC), &d(AS_PUBLIC), &d(AUTH), &salt, &full).unwrap();
         assert_eq!(body.len(), 4096);

@@ -97,7 +97,11 @@ impl Push {
     pub fn start(settings: PushSettings, state_dir: &Path) -> Result<(Push, Option<String>), String> {
         let vapid = store::vapid_key(state_dir)?;
         // With Web Push off, kept subscriptions are left alone, not used.
-        let subscriptions = if settings.web_push { store::read_subscriptions(state_dir)? } else { None };
+        let subscriptions = if settings.web_push {
+            store::read_subscriptions(state_dir)?
+        } else {
+            None
+        };
         let tls = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_PUSH_CA_FILE")?;
         if settings.subject_defaulted && settings.web_push {
             log::warn!(
@@ -172,8 +176,20 @@ impl Push {
                     Ok(Request { target, bytes }) => {
                         let id = CallId(PUSH_CALL | self.next_call);
                         self.next_call += 1;
-                        self.calls.insert(id, Call { job, status: None, retry_after: None, body_bytes: 0 });
-                        return Some(PushIo::Call { id, target, request: bytes });
+                        self.calls.insert(
+                            id,
+                            Call {
+                                job,
+                                status: None,
+                                retry_after: None,
+                                body_bytes: 0,
+                            },
+                        );
+                        return Some(PushIo::Call {
+                            id,
+                            target,
+                            request: bytes,
+                        });
                     }
                     Err(why) => self.sender.answer(t, job, Answer::Failed(why)),
                 },
@@ -197,7 +213,13 @@ impl Push {
             sender::Channel::Ntfy => {
                 let target = self.settings.ntfy.as_ref().ok_or("ntfy is not set")?;
                 let token = self.settings.ntfy_token.as_deref();
-                Ok(ntfy::request(job, target, token, self.settings.public_url.as_deref(), &self.tls))
+                Ok(ntfy::request(
+                    job,
+                    target,
+                    token,
+                    self.settings.public_url.as_deref(),
+                    &self.tls,
+                ))
             }
         }
     }
@@ -214,7 +236,10 @@ impl Push {
             CallEvent::End => {
                 let call = self.calls.remove(&id).expect("looked up above");
                 let answer = match call.status {
-                    Some(status) => Answer::Status { status, retry_after: call.retry_after },
+                    Some(status) => Answer::Status {
+                        status,
+                        retry_after: call.retry_after,
+                    },
                     None => Answer::Failed("no answer".into()),
                 };
                 self.sender.answer(t, call.job, answer);
@@ -223,7 +248,10 @@ impl Push {
                 let call = self.calls.remove(&id).expect("looked up above");
                 // A status already read counts (a 413 sent before the body was taken).
                 let answer = match call.status {
-                    Some(status) => Answer::Status { status, retry_after: call.retry_after },
+                    Some(status) => Answer::Status {
+                        status,
+                        retry_after: call.retry_after,
+                    },
                     None => Answer::Failed(error.to_string()),
                 };
                 self.sender.answer(t, call.job, answer);

@@ -45,7 +45,12 @@ impl NtfyTarget {
         if as_https.path.len() < 2 {
             return Err(bad());
         }
-        Ok(NtfyTarget { tls, host: as_https.host, port, path: as_https.path })
+        Ok(NtfyTarget {
+            tls,
+            host: as_https.host,
+            port,
+            path: as_https.path,
+        })
     }
 }
 
@@ -90,12 +95,21 @@ pub fn request(
     } else {
         None
     };
-    Request { target: Arc::new(Target { host: bare, port: target.port, tls }), bytes }
+    Request {
+        target: Arc::new(Target {
+            host: bare,
+            port: target.port,
+            tls,
+        }),
+        bytes,
+    }
 }
 
 /// Header values carry visible ASCII and spaces only: no line breaks from any text.
 fn header_safe(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect()
+    s.chars()
+        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+        .collect()
 }
 
 #[cfg(test)]
@@ -105,12 +119,21 @@ mod tests {
     #[test]
     fn a_topic_url_is_read_with_its_default_port() {
         let t = NtfyTarget::parse("https://ntfy.example.org/hermes-abc123").unwrap();
-        assert_eq!((t.tls, t.host.as_str(), t.port, t.path.as_str()), (true, "ntfy.example.org", 443, "/hermes-abc123"));
+        assert_eq!(
+            (t.tls, t.host.as_str(), t.port, t.path.as_str()),
+            (true, "ntfy.example.org", 443, "/hermes-abc123")
+        );
         let t = NtfyTarget::parse("http://192.168.1.5/alerts").unwrap();
         assert_eq!((t.tls, t.port), (false, 80));
         let t = NtfyTarget::parse("http://127.0.0.1:8080/alerts").unwrap();
         assert_eq!(t.port, 8080);
-        for bad in ["ntfy.sh/x", "https://ntfy.sh", "https://ntfy.sh/", "https://u@ntfy.sh/x", "ftp://ntfy.sh/x"] {
+        for bad in [
+            "ntfy.sh/x",
+            "https://ntfy.sh",
+            "https://ntfy.sh/",
+            "https://u@ntfy.sh/x",
+            "ftp://ntfy.sh/x",
+        ] {
             assert!(NtfyTarget::parse(bad).is_err(), "{bad}");
         }
     }

@@ -50,7 +50,11 @@ pub fn web_push(
         job.ttl_secs(now),
         body.len(),
     );
-    head.push_str(if job.content.urgent { "Urgency: high\r\n" } else { "Urgency: normal\r\n" });
+    head.push_str(if job.content.urgent {
+        "Urgency: high\r\n"
+    } else {
+        "Urgency: normal\r\n"
+    });
     if let Some(topic) = &job.topic {
         head.push_str(&format!("Topic: {topic}\r\n"));
     }
@@ -63,5 +67,8 @@ pub fn web_push(
         port: endpoint.port,
         tls: Some((tls_config.clone(), name)),
     };
-    Ok(Request { target: Arc::new(target), bytes })
+    Ok(Request {
+        target: Arc::new(target),
+        bytes,
+    })
 }

@@ -92,7 +92,10 @@ pub enum SendOut {
 /// How a job's answer is taken.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Answer {
-    Status { status: u16, retry_after: Option<Duration> },
+    Status {
+        status: u16,
+        retry_after: Option<Duration>,
+    },
     /// No answer (refused, reset, timed out, TLS).
     Failed(String),
 }
@@ -156,9 +159,20 @@ impl Sender {
                 let made = self.fan_out(now, &n.device, subs, c, now + TEST_TTL, None, Some(key.clone()), false);
                 if made == 0 {
                     let result = Err("this device has no push subscription".to_owned());
-                    self.out.push_back(SendOut::TestResult { conn: key.0, id: key.1, result });
+                    self.out.push_back(SendOut::TestResult {
+                        conn: key.0,
+                        id: key.1,
+                        result,
+                    });
                 } else {
-                    self.tests.insert(key, TestWait { left: made, sent: false, errors: Vec::new() });
+                    self.tests.insert(
+                        key,
+                        TestWait {
+                            left: made,
+                            sent: false,
+                            errors: Vec::new(),
+                        },
+                    );
                 }
             }
             NotifyEvent::Reply { .. } | NotifyEvent::Deliver { .. } => {
@@ -185,9 +199,16 @@ impl Sender {
 
     /// Sends what is due: coalesced notifications, and retries.
     pub fn handle_timeout(&mut self, now: Time) {
-        let due: Vec<DeviceId> = self.pending.iter().filter(|(_, p)| p.due <= now).map(|(d, _)| d.clone()).collect();
+        let due: Vec<DeviceId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.due <= now)
+            .map(|(d, _)| d.clone())
+            .collect();
         for device in due {
-            let Some(p) = self.pending.remove(&device) else { continue };
+            let Some(p) = self.pending.remove(&device) else {
+                continue;
+            };
             let c = content(&p.event, p.count, self.mode);
             self.fan_out(now, &device, &p.subs, c, now + PUSH_HOLD, None, None, self.ntfy);
         }
@@ -214,7 +235,11 @@ impl Sender {
         test: Option<TestKey>,
         ntfy: bool,
     ) -> usize {
-        let channels = subs.iter().cloned().map(Channel::WebPush).chain(ntfy.then_some(Channel::Ntfy));
+        let channels = subs
+            .iter()
+            .cloned()
+            .map(Channel::WebPush)
+            .chain(ntfy.then_some(Channel::Ntfy));
         let mut made = 0;
         for channel in channels {
             if self.jobs.len() >= MAX_JOBS {
@@ -261,7 +286,10 @@ impl Sender {
         let described = describe(&answer, &service);
         match verdict {
             Verdict::Retry(at) if test.is_none() => {
-                log::info!("push to device {device:?}: {described}; retrying in {} s", at.since(now).as_secs());
+                log::info!(
+                    "push to device {device:?}: {described}; retrying in {} s",
+                    at.since(now).as_secs()
+                );
                 self.last_error = Some(described);
                 if let Some(job) = self.jobs.get_mut(&id) {
                     job.due = Some(at);
@@ -273,7 +301,10 @@ impl Sender {
                 log::info!("push to device {device:?}: {described}: the subscription is gone, removed");
                 self.last_error = Some(described.clone());
                 if let Channel::WebPush(s) = &channel {
-                    self.out.push_back(SendOut::Gone { device: device.clone(), endpoint: s.endpoint.clone() });
+                    self.out.push_back(SendOut::Gone {
+                        device: device.clone(),
+                        endpoint: s.endpoint.clone(),
+                    });
                 }
             }
             Verdict::Retry(_) | Verdict::Drop => {
@@ -298,8 +329,16 @@ impl Sender {
             return;
         }
         let wait = self.tests.remove(&key).expect("just looked up");
-        let result = if wait.sent { Ok(()) } else { Err(format!("push test failed: {}", wait.errors.join("; "))) };
-        self.out.push_back(SendOut::TestResult { conn: key.0, id: key.1, result });
+        let result = if wait.sent {
+            Ok(())
+        } else {
+            Err(format!("push test failed: {}", wait.errors.join("; ")))
+        };
+        self.out.push_back(SendOut::TestResult {
+            conn: key.0,
+            id: key.1,
+            result,
+        });
     }
 }
 
@@ -325,9 +364,10 @@ fn verdict(answer: &Answer, job: &Job, now: Time) -> Verdict {
     match answer {
         Answer::Status { status: 200..=299, .. } => Verdict::Sent,
         Answer::Status { status: 404 | 410, .. } if matches!(job.channel, Channel::WebPush(_)) => Verdict::Gone,
-        Answer::Status { status: 429, retry_after } => {
-            retry(now + retry_after.unwrap_or(backoff).max(Duration::from_secs(1)))
-        }
+        Answer::Status {
+            status: 429,
+            retry_after,
+        } => retry(now + retry_after.unwrap_or(backoff).max(Duration::from_secs(1))),
         Answer::Status { status: 500..=599, .. } | Answer::Failed(_) => retry(now + backoff),
         Answer::Status { .. } => Verdict::Drop,
     }
@@ -344,7 +384,9 @@ fn log_drop(device: &DeviceId, answer: &Answer, described: &str, channel: &Chann
     let ntfy = matches!(channel, Channel::Ntfy);
     match answer {
         Answer::Status { status: 413, .. } => {
-            log::error!("push to device {device:?}: {described}: the payload is too large; this is a bug in hermes-mobile")
+            log::error!(
+                "push to device {device:?}: {described}: the payload is too large; this is a bug in hermes-mobile"
+            )
         }
         Answer::Status { status: 401 | 403, .. } if ntfy => {
             log::warn!("push to device {device:?}: {described}: check MOBILE_NTFY_TOKEN and the topic's access rights")

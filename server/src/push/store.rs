@@ -21,12 +21,16 @@ pub fn subscriptions_path(state_dir: &Path) -> PathBuf {
 /// The kept key, or a new one written with `O_EXCL` and mode 0600. A key file that is
 /// not a key stops start-up: making a new one silently would orphan every subscription.
 pub fn vapid_key(state_dir: &Path) -> Result<Vapid, String> {
+    crate::state::create_private_dir(state_dir).map_err(|e| format!("{}: {e}", state_dir.display()))?;
     let path = state_dir.join(KEY_FILE);
     match fs::read(&path) {
         Ok(bytes) => {
             tighten(&path)?;
             Vapid::from_pkcs8(&bytes).map_err(|e| {
-                format!("{}: {e}; move it away to make a new key (phones then turn notifications on again)", path.display())
+                format!(
+                    "{}: {e}; move it away to make a new key (phones then turn notifications on again)",
+                    path.display()
+                )
             })
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {
@@ -52,14 +56,19 @@ pub fn read_subscriptions(state_dir: &Path) -> Result<Option<String>, String> {
     let path = subscriptions_path(state_dir);
     match fs::metadata(&path) {
         Ok(m) if m.len() > MAX_SUBSCRIPTIONS_BYTES => {
-            return Err(format!("{}: over {MAX_SUBSCRIPTIONS_BYTES} bytes; not a subscriptions file", path.display()))
+            return Err(format!(
+                "{}: over {MAX_SUBSCRIPTIONS_BYTES} bytes; not a subscriptions file",
+                path.display()
+            ))
         }
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", path.display())),
     }
     tighten(&path)?;
-    fs::read_to_string(&path).map(Some).map_err(|e| format!("{}: {e}", path.display()))
+    fs::read_to_string(&path)
+        .map(Some)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 /// A file copied in with looser permissions is made private again.

@@ -129,7 +129,8 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     let tls = if e.tls {
         let name = crate::http_client::tls::server_name(&e.host).map_err(invalid)?;
-        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_AGENT_CA_FILE").map_err(invalid)?;
+        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_AGENT_CA_FILE")
+            .map_err(invalid)?;
         Some((config, name))
     } else {
         None
@@ -139,7 +140,11 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
         port: e.port,
         tls,
     };
-    Ok(HttpClient::new(Some(target), settings.timeouts, Resolver::start(waker)?))
+    Ok(HttpClient::new(
+        Some(target),
+        settings.timeouts,
+        Resolver::start(waker)?,
+    ))
 }
 
 fn conn_id(key: usize, generation: u32) -> ConnId {
@@ -171,17 +176,20 @@ impl Server {
         let origin = Instant::now();
         let mut core_config = config.core.clone();
         core_config.seed = seed;
-        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
+        let waker = Arc::new(mio::Waker::new(poll.registry(), link_transports::WAKER)?);
+        let files = FileWorker::start(&config.state_dir, waker.clone())?;
+        // After the file worker, which makes the state directory. Its errors are not about
+        // listening: `InvalidData` tells the caller to print them as they are.
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("push: {m}"));
         let (push, subscriptions) = match &config.push {
             Some(settings) => {
-                let (push, subscriptions) = crate::push::Push::start(settings.clone(), &config.state_dir).map_err(invalid)?;
+                let (push, subscriptions) =
+                    crate::push::Push::start(settings.clone(), &config.state_dir).map_err(invalid)?;
                 core_config.push = Some(push.core_config());
                 (Some(push), subscriptions)
             }
             None => (None, None),
         };
-        let waker = Arc::new(mio::Waker::new(poll.registry(), link_transports::WAKER)?);
-        let files = FileWorker::start(&config.state_dir, waker.clone())?;
         let mut http = None;
         let mut link_transports = LinkTransports::new();
         let link = || {
@@ -215,9 +223,12 @@ impl Server {
         }
         let mut core = Gateway::new(core_config);
         if let Some(json) = subscriptions {
-            let count = core
-                .restore_push(&json)
-                .map_err(|e| invalid(format!("{}: {e}", crate::push::subscriptions_file(&config.state_dir).display())))?;
+            let count = core.restore_push(&json).map_err(|e| {
+                invalid(format!(
+                    "{}: {e}",
+                    crate::push::subscriptions_file(&config.state_dir).display()
+                ))
+            })?;
             log::info!("push: {count} subscription(s) kept from before");
         }
         Ok(Server {
@@ -412,7 +423,12 @@ impl Server {
         if let Some(at) = self.agent.poll_timeout().map(|t| self.instant(t)) {
             self.wheel.arm(at, TimerKey::Agent);
         }
-        if let Some(at) = self.push.as_ref().and_then(|p| p.poll_timeout()).map(|t| self.instant(t)) {
+        if let Some(at) = self
+            .push
+            .as_ref()
+            .and_then(|p| p.poll_timeout())
+            .map(|t| self.instant(t))
+        {
             self.wheel.arm(at, TimerKey::Push);
         }
     }

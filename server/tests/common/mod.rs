@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -246,4 +246,30 @@ pub fn wait_until(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
         assert!(start.elapsed() < timeout, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// The scripted agent, a Rust example that `cargo test` builds beside the tests, so that
+/// the suite needs nothing but Rust (issue 17).
+pub fn scripted_agent() -> String {
+    // The test runs from target/<profile>/deps/; examples are built to target/<profile>/examples/.
+    let exe = std::env::current_exe().expect("the test's own path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
+    let agent = profile_dir.join("examples").join("scripted_agent");
+    let build = "run the tests with `cargo test` (which builds the examples) or build it with `cargo build -p hermes-mobile-server --example scripted_agent`";
+    let built = std::fs::metadata(&agent).and_then(|m| m.modified());
+    let Ok(built) = built else {
+        panic!("no scripted agent at {}: {build}", agent.display());
+    };
+    // `cargo test --test agent_link` does not rebuild examples: refuse a stale one rather
+    // than test the gateway against an agent that is not the source's.
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/scripted_agent.rs");
+    let edited = std::fs::metadata(&source)
+        .and_then(|m| m.modified())
+        .expect("the source");
+    assert!(
+        built >= edited,
+        "the scripted agent at {} is older than its source: {build}",
+        agent.display()
+    );
+    agent.display().to_string()
 }

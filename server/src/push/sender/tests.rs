@@ -23,7 +23,10 @@ fn at(secs: u64) -> Time {
 fn reply(n: u8) -> Notification {
     Notification {
         device: dev(),
-        event: NotifyEvent::Reply { message: MessageId(format!("m{n}")), text: format!("reply {n}") },
+        event: NotifyEvent::Reply {
+            message: MessageId(format!("m{n}")),
+            text: format!("reply {n}"),
+        },
     }
 }
 
@@ -54,7 +57,10 @@ fn posts(s: &mut Sender) -> Vec<JobId> {
 }
 
 fn status(status: u16) -> Answer {
-    Answer::Status { status, retry_after: None }
+    Answer::Status {
+        status,
+        retry_after: None,
+    }
 }
 
 #[test]
@@ -64,7 +70,10 @@ fn a_card_goes_at_once_to_each_subscription_and_ntfy_with_its_topic_and_ttl() {
     let ids = posts(&mut s);
     assert_eq!(ids.len(), 3);
     let channels: Vec<_> = ids.iter().map(|id| s.job(*id).unwrap().channel.clone()).collect();
-    assert_eq!(channels, vec![Channel::WebPush(sub(1)), Channel::WebPush(sub(2)), Channel::Ntfy]);
+    assert_eq!(
+        channels,
+        vec![Channel::WebPush(sub(1)), Channel::WebPush(sub(2)), Channel::Ntfy]
+    );
     let job = s.job(ids[0]).unwrap();
     assert_eq!(job.ttl_secs(at(10)), 90, "a card's TTL is at most the time it has left");
     assert_eq!(job.topic.as_deref(), Some(topic("c1").as_str()));
@@ -84,7 +93,10 @@ fn replies_within_the_window_make_one_notification_and_a_connected_phone_gets_no
     let ids = posts(&mut s);
     assert_eq!(ids.len(), 1);
     let job = s.job(ids[0]).unwrap();
-    assert_eq!((job.content.title.as_str(), job.content.body.as_str()), ("Hermes: 3 new messages", "reply 3"));
+    assert_eq!(
+        (job.content.title.as_str(), job.content.body.as_str()),
+        ("Hermes: 3 new messages", "reply 3")
+    );
     assert_eq!(job.topic, None);
     // One more, then the phone connects before the window ends: nothing is sent.
     s.notify(at(5), reply(4), &[sub(1)]);
@@ -100,9 +112,18 @@ fn gone_subscriptions_are_reported_and_never_retried() {
         s.notify(at(0), card(60), &[sub(1)]);
         let id = posts(&mut s)[0];
         s.answer(at(1), id, status(code));
-        assert_eq!(drain(&mut s), vec![SendOut::Gone { device: dev(), endpoint: sub(1).endpoint }]);
+        assert_eq!(
+            drain(&mut s),
+            vec![SendOut::Gone {
+                device: dev(),
+                endpoint: sub(1).endpoint
+            }]
+        );
         assert_eq!(s.poll_timeout(), None);
-        assert_eq!(s.last_error(), Some(format!("{code} from https://fcm.googleapis.com").as_str()));
+        assert_eq!(
+            s.last_error(),
+            Some(format!("{code} from https://fcm.googleapis.com").as_str())
+        );
     }
 }
 
@@ -111,7 +132,14 @@ fn a_429_waits_for_retry_after_and_5xx_backs_off_within_the_ttl() {
     let mut s = Sender::new(ContentMode::Preview, false);
     s.notify(at(0), card(300), &[sub(1)]);
     let id = posts(&mut s)[0];
-    s.answer(at(1), id, Answer::Status { status: 429, retry_after: Some(Duration::from_secs(30)) });
+    s.answer(
+        at(1),
+        id,
+        Answer::Status {
+            status: 429,
+            retry_after: Some(Duration::from_secs(30)),
+        },
+    );
     assert_eq!(s.poll_timeout(), Some(at(31)));
     s.handle_timeout(at(30));
     assert!(drain(&mut s).is_empty(), "not sooner than Retry-After");
@@ -151,7 +179,10 @@ fn auth_failures_too_large_and_redirects_are_not_retried() {
 fn a_test_reports_once_every_subscription_answered_naming_the_status() {
     let test = |id: &str| Notification {
         device: dev(),
-        event: NotifyEvent::Test { conn: ConnId(7), id: id.into() },
+        event: NotifyEvent::Test {
+            conn: ConnId(7),
+            id: id.into(),
+        },
     };
     let mut s = Sender::new(ContentMode::Preview, true);
     s.notify(at(0), test("t1"), &[sub(1), sub(2)]);
@@ -161,20 +192,32 @@ fn a_test_reports_once_every_subscription_answered_naming_the_status() {
     let out = drain(&mut s);
     assert_eq!(out.len(), 1, "{out:?}");
     s.answer(at(1), ids[1], status(201));
-    assert_eq!(drain(&mut s), vec![SendOut::TestResult { conn: ConnId(7), id: "t1".into(), result: Ok(()) }]);
+    assert_eq!(
+        drain(&mut s),
+        vec![SendOut::TestResult {
+            conn: ConnId(7),
+            id: "t1".into(),
+            result: Ok(())
+        }]
+    );
 
     s.notify(at(2), test("t2"), &[sub(3)]);
     let id = posts(&mut s)[0];
     s.answer(at(3), id, status(503));
     match drain(&mut s).as_slice() {
-        [SendOut::TestResult { id, result: Err(why), .. }] => {
+        [SendOut::TestResult {
+            id, result: Err(why), ..
+        }] => {
             assert_eq!(id, "t2");
             assert!(why.contains("503"), "{why}");
         }
         other => panic!("{other:?}"),
     }
     s.notify(at(4), test("t3"), &[]);
-    assert!(matches!(drain(&mut s).as_slice(), [SendOut::TestResult { result: Err(_), .. }]));
+    assert!(matches!(
+        drain(&mut s).as_slice(),
+        [SendOut::TestResult { result: Err(_), .. }]
+    ));
 }
 
 #[test]
