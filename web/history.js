@@ -65,6 +65,14 @@ export class History {
       if (!globalThis.indexedDB) throw new Error('IndexedDB is not available');
       h.db = await openDb(dbName(deviceId));
       h.db.onversionchange = () => h.close(); // a Forget in another tab deletes it
+      // A phone may freeze or kill a hidden page at once: what is queued is written as the
+      // page goes away, not FLUSH_MS later (a reply must not be lost to a quick reload).
+      if (globalThis.addEventListener) {
+        globalThis.addEventListener('pagehide', () => h.flush());
+        globalThis.addEventListener('visibilitychange', () => {
+          if (globalThis.document && document.visibilityState === 'hidden') h.flush();
+        });
+      }
     } catch (e) {
       h.fail(e);
     }
