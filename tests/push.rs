@@ -304,7 +304,7 @@ fn subscriptions_survive_a_restart_through_the_snapshot() {
 }
 
 #[test]
-fn with_ntfy_every_offline_device_is_notified_and_its_deliveries_held() {
+fn with_ntfy_every_offline_device_is_notified_but_deliveries_keep_s3() {
     let mut c = config();
     c.push.as_mut().unwrap().ntfy = true;
     let mut h = Harness::with_config(c);
@@ -319,5 +319,6 @@ fn with_ntfy_every_offline_device_is_notified_and_its_deliveries_held() {
         cron,
         json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"hi"}),
     );
-    assert_eq!(h.take(cron)[0]["held"], true);
+    // S3 holds: ntfy knows no device, so a delivery waits only for a subscribed one.
+    assert_eq!(error_of(&h.take(cron))["code"], "device_offline");
 }

@@ -394,7 +394,10 @@ impl Gateway {
             return Err(CommandError::FileTooBig);
         }
         let Some(target_conn) = self.devices.get(&target).and_then(|d| d.conn) else {
-            if !self.can_notify(&target) {
+            // Only a Web Push subscription makes a delivery wait (issue 18: "a deliver to an
+            // offline device without a subscription is still answered device_offline"),
+            // ntfy or not: ntfy knows no device, and a mistyped target must fail for cron.
+            if !self.has_subscription(&target) {
                 return Err(CommandError::DeviceOffline);
             }
             self.hold_delivery(now, &target, text, file)?;

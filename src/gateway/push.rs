@@ -144,6 +144,14 @@ impl Gateway {
             .is_some_and(|p| p.ntfy || (p.vapid_public_key.is_some() && self.push.has(device)))
     }
 
+    /// Whether a device has a Web Push subscription (and Web Push is on).
+    pub(super) fn has_subscription(&self, device: &DeviceId) -> bool {
+        self.config
+            .push
+            .as_ref()
+            .is_some_and(|p| p.vapid_public_key.is_some() && self.push.has(device))
+    }
+
     /// Asks the driver to notify an offline device (never a connected one).
     pub(super) fn notify(&mut self, device: &DeviceId, event: NotifyEvent) {
         if self.online_device(device) || !self.can_notify(device) {

@@ -15,8 +15,9 @@ use crate::ids::DeviceId;
 pub const MAX_PER_DEVICE: usize = 4;
 /// Devices with subscriptions: 64 × 4 × about 2.2 KB is at most about 560 KB.
 pub const MAX_DEVICES: usize = 64;
-/// The longest `app_url` kept (the page's address, for a notification to open).
-pub const MAX_APP_URL_CHARS: usize = 2048;
+/// The longest `app_url` kept (the page's address, for a notification to open), in
+/// bytes of visible ASCII: with the rest of a payload it fits one 4 KB record.
+pub const MAX_APP_URL_CHARS: usize = 1024;
 
 /// One browser's push subscription: where to POST, and the keys to encrypt for it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

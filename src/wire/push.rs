@@ -88,8 +88,11 @@ pub(super) fn subscribe<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejec
         ));
     }
     let auth = key(&keys.auth, "subscription.keys.auth", 16)?;
+    // The page's address as a browser gives it: visible ASCII (percent-encoded), nothing
+    // JSON must escape. Anything else is ignored (the notification then opens the scope).
     let app_url = opt_str(&raw.app_url, "app_url")?
         .filter(|u| u.starts_with("https://") || u.starts_with("http://"))
+        .filter(|u| u.len() <= MAX_APP_URL_CHARS && u.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'))
         .map(|u| cut(u, MAX_APP_URL_CHARS));
     Ok(ClientFrame::PushSubscribe(PushSubscribe {
         id,

@@ -18,6 +18,11 @@ use mio::Waker;
 
 /// How long an answer is used.
 pub const CACHE_FOR: Duration = Duration::from_secs(60);
+/// Names kept, and names asked for at once: push endpoints are chosen by phones (within
+/// the allow-list, whose `*.domain` entries allow many names), so neither may grow
+/// without bound nor starve the agent's own lookups behind a queue of slow ones.
+const MAX_CACHED: usize = 256;
+const MAX_PENDING: usize = 32;
 
 type Answer = (String, u16, Result<Vec<SocketAddr>, String>);
 
@@ -86,6 +91,13 @@ impl Resolver {
             }
         }
         if !self.pending.contains(&key) {
+            if self.pending.len() >= MAX_PENDING {
+                log::warn!(
+                    "{MAX_PENDING} names are being resolved; {:?} is not looked up now",
+                    key.0
+                );
+                return Lookup::Ready(Vec::new());
+            }
             if let Some(jobs) = &self.jobs {
                 if jobs.send(key.clone()).is_err() {
                     log::error!("the DNS helper thread has stopped");
@@ -101,6 +113,13 @@ impl Resolver {
         let (host, port, result) = self.answers.try_recv().ok()?;
         self.pending.retain(|(h, p)| !(h == &host && *p == port));
         if let Ok(addrs) = &result {
+            if self.cache.len() >= MAX_CACHED {
+                self.cache
+                    .retain(|_, (_, at)| now.saturating_duration_since(*at) < CACHE_FOR);
+                if self.cache.len() >= MAX_CACHED {
+                    self.cache.clear();
+                }
+            }
             self.cache.insert((host.clone(), port), (addrs.clone(), now));
         }
         Some((host, port, result))

@@ -58,6 +58,8 @@ pub struct Target {
     pub host: String,
     pub port: u16,
     pub tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// This target's own timeouts (push's), instead of the client's (the agent's).
+    pub timeouts: Option<Timeouts>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,6 +159,7 @@ impl HttpClient {
         let generation = self.next_generation;
         self.next_generation = self.next_generation.wrapping_add(1).max(1);
         let (host, port) = (target.host.clone(), target.port);
+        let target_timeouts = target.timeouts.unwrap_or(self.timeouts);
         let key = self.calls.insert(Call {
             id,
             target,
@@ -169,7 +172,7 @@ impl HttpClient {
             stream: None,
             tls: None,
             parser: ResponseParser::new(false),
-            deadline: now + self.timeouts.connect,
+            deadline: now + target_timeouts.connect,
             timer_at: None,
             last_error: String::new(),
         });
@@ -251,7 +254,7 @@ impl HttpClient {
                 }
             }
             call.phase = Phase::Waiting;
-            call.deadline = now + self.timeouts.first_byte;
+            call.deadline = now + call.target.timeouts.unwrap_or(self.timeouts).first_byte;
             if let Some((config, name)) = &call.target.tls {
                 // The request goes to rustls bit by bit in `flush`, as it takes it: its
                 // buffer before the handshake ends is bounded (64 KiB), a request is not.
@@ -348,11 +351,8 @@ impl HttpClient {
                     call.phase = Phase::Connecting;
                     // With more addresses to try, one that does not answer gets 3 s at most.
                     let more = call.next_addr < call.addrs.len();
-                    let limit = if more {
-                        self.timeouts.connect.min(PER_ADDRESS)
-                    } else {
-                        self.timeouts.connect
-                    };
+                    let connect = call.target.timeouts.unwrap_or(self.timeouts).connect;
+                    let limit = if more { connect.min(PER_ADDRESS) } else { connect };
                     call.deadline = now + limit;
                     log::debug!("call {}: connecting to {addr}", call.id.0);
                     return self.arm(key, wheel);
@@ -365,10 +365,10 @@ impl HttpClient {
     /// Writes what the socket takes. While the request is still going out (a photo on a
     /// slow uplink), the first-byte deadline counts from the last progress.
     fn flush(&mut self, key: usize, now: Instant) -> Result<(), CallError> {
-        let first_byte = self.timeouts.first_byte;
         let Some(call) = self.calls.get_mut(key) else {
             return Ok(());
         };
+        let first_byte = call.target.timeouts.unwrap_or(self.timeouts).first_byte;
         let before = call.written;
         let result = write_some(call);
         if call.written > before && call.phase == Phase::Waiting {
@@ -395,10 +395,10 @@ impl HttpClient {
     }
 
     fn read_into(&mut self, key: usize, buf: &mut [u8], now: Instant) -> Result<Read_, CallError> {
-        let idle = self.timeouts.idle;
         let Some(call) = self.calls.get_mut(key) else {
             return Ok(Read_::Finished);
         };
+        let idle = call.target.timeouts.unwrap_or(self.timeouts).idle;
         if !matches!(call.phase, Phase::Waiting | Phase::Reading) {
             return Ok(Read_::Blocked);
         }

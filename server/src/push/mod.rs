@@ -31,13 +31,22 @@ use request::Request;
 use sender::{Answer, JobId, SendOut, Sender};
 use vapid::Vapid;
 
+/// A push service answers in well under a second; these are for a slow one, and shorter
+/// than an agent's (whose model may think for minutes), so a stuck push service cannot
+/// hold the client's connections long.
+pub const PUSH_TIMEOUTS: crate::http_client::Timeouts = crate::http_client::Timeouts {
+    connect: Duration::from_secs(10),
+    first_byte: Duration::from_secs(20),
+    idle: Duration::from_secs(20),
+};
+
 /// Push calls' ids have this bit; the HTTP agent's never do.
 const PUSH_CALL: u64 = 1 << 62;
 /// A push service's answer body is not needed: read and dropped, at most this much kept.
 const MAX_ANSWER_BYTES: usize = 4096;
 
 /// `MOBILE_PUSH_*`, `MOBILE_NTFY_*` and `MOBILE_PUBLIC_URL`.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PushSettings {
     /// `MOBILE_PUSH=on`: Web Push (ntfy works either way).
     pub web_push: bool,
@@ -56,6 +65,22 @@ pub struct PushSettings {
 /// Where the subscriptions are kept.
 pub fn subscriptions_file(state_dir: &Path) -> PathBuf {
     store::subscriptions_path(state_dir)
+}
+
+/// The ntfy token never reaches a log, not even through `{:?}`.
+impl std::fmt::Debug for PushSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PushSettings")
+            .field("web_push", &self.web_push)
+            .field("subject", &self.subject)
+            .field("hosts", &self.hosts)
+            .field("ca_file", &self.ca_file)
+            .field("content", &self.content)
+            .field("ntfy", &self.ntfy)
+            .field("ntfy_token", &self.ntfy_token.as_ref().map(|_| "<redacted>"))
+            .field("public_url", &self.public_url)
+            .finish()
+    }
 }
 
 /// Whether a call is push's.
@@ -191,7 +216,8 @@ impl Push {
                             request: bytes,
                         });
                     }
-                    Err(why) => self.sender.answer(t, job, Answer::Failed(why)),
+                    // A request that cannot be made now cannot be made later either.
+                    Err(why) => self.sender.answer(t, job, Answer::Invalid(why)),
                 },
                 SendOut::Gone { device, endpoint } => core.handle_push_gone(t, &device, &endpoint),
                 SendOut::TestResult { conn, id, result } => core.handle_push_test_result(t, conn, &id, result),
@@ -213,13 +239,7 @@ impl Push {
             sender::Channel::Ntfy => {
                 let target = self.settings.ntfy.as_ref().ok_or("ntfy is not set")?;
                 let token = self.settings.ntfy_token.as_deref();
-                Ok(ntfy::request(
-                    job,
-                    target,
-                    token,
-                    self.settings.public_url.as_deref(),
-                    &self.tls,
-                ))
+                ntfy::request(job, target, token, self.settings.public_url.as_deref(), &self.tls)
             }
         }
     }

@@ -45,6 +45,10 @@ impl NtfyTarget {
         if as_https.path.len() < 2 {
             return Err(bad());
         }
+        // Checked now, so that an https topic is never sent in the clear for want of a name.
+        if tls {
+            tls::server_name(as_https.bare_host()).map_err(|e| format!("MOBILE_NTFY_URL: {e}"))?;
+        }
         Ok(NtfyTarget {
             tls,
             host: as_https.host,
@@ -61,7 +65,7 @@ pub fn request(
     token: Option<&str>,
     public_url: Option<&str>,
     config: &Arc<ClientConfig>,
-) -> Request {
+) -> Result<Request, String> {
     let c = &job.content;
     let (priority, tags) = match c.kind {
         "card" => ("high", "question"),
@@ -91,18 +95,21 @@ pub fn request(
     bytes.extend_from_slice(body);
     let bare = target.host.trim_start_matches('[').trim_end_matches(']').to_owned();
     let tls = if target.tls {
-        tls::server_name(&bare).ok().map(|name| (config.clone(), name))
+        Some((config.clone(), tls::server_name(&bare)?))
     } else {
         None
     };
-    Request {
-        target: Arc::new(Target {
-            host: bare,
-            port: target.port,
-            tls,
-        }),
+    let timeouts = Some(super::PUSH_TIMEOUTS);
+    let target = Target {
+        host: bare,
+        port: target.port,
+        tls,
+        timeouts,
+    };
+    Ok(Request {
+        target: Arc::new(target),
         bytes,
-    }
+    })
 }
 
 /// Header values carry visible ASCII and spaces only: no line breaks from any text.

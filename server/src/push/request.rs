@@ -38,7 +38,14 @@ pub fn web_push(
         _ => return Err("the subscription's keys are not base64url".into()),
     };
     let payload = web_push_payload(&job.content, app_url);
-    let body = super::ece::encrypt(&p256dh, &auth, &payload).map_err(|e| e.to_string())?;
+    let body = match super::ece::encrypt(&p256dh, &auth, &payload) {
+        // A page address too long for one record: the notification opens the chat's scope.
+        Err(super::ece::EceError::TooLong) => {
+            super::ece::encrypt(&p256dh, &auth, &web_push_payload(&job.content, None))
+        }
+        other => other,
+    }
+    .map_err(|e| e.to_string())?;
     let authorization = vapid.authorization(&endpoint.origin(), &settings.subject, unix_now);
     let host_header = match endpoint.port {
         443 => endpoint.host.clone(),
@@ -66,6 +73,7 @@ pub fn web_push(
         host: endpoint.bare_host().to_owned(),
         port: endpoint.port,
         tls: Some((tls_config.clone(), name)),
+        timeouts: Some(super::PUSH_TIMEOUTS),
     };
     Ok(Request {
         target: Arc::new(target),

@@ -23,7 +23,11 @@ pub const COALESCE: Duration = Duration::from_secs(2);
 const TEST_TTL: Duration = Duration::from_secs(60);
 /// Jobs waiting or in flight at once: past it a new one is dropped (and logged).
 pub const MAX_JOBS: usize = 256;
-const MAX_ATTEMPTS: u32 = 8;
+/// POSTs open at once: push shares the HTTP client (64 connections) with the agent, whose
+/// calls must never find it full because of notifications; the rest wait their turn.
+pub const MAX_IN_FLIGHT: usize = 16;
+/// A safety net only: retries end at the TTL (15 min apart at most: about 100 in 24 h).
+const MAX_ATTEMPTS: u32 = 128;
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(15 * 60);
 
@@ -48,8 +52,10 @@ pub struct Job {
     pub topic: Option<String>,
     test: Option<TestKey>,
     attempts: u32,
-    /// When to (re)send; `None` while in flight.
+    /// When to (re)send; `None` while in flight or queued.
     due: Option<Time>,
+    /// Waiting for one of the `MAX_IN_FLIGHT` slots.
+    queued: bool,
 }
 
 impl Job {
@@ -62,6 +68,7 @@ impl Job {
 type TestKey = (ConnId, String);
 
 struct TestWait {
+    device: DeviceId,
     left: usize,
     sent: bool,
     errors: Vec<String>,
@@ -98,6 +105,9 @@ pub enum Answer {
     },
     /// No answer (refused, reset, timed out, TLS).
     Failed(String),
+    /// The request could not be made (a host no longer allowed, a key that is not one):
+    /// it never will be, so it is not retried.
+    Invalid(String),
 }
 
 pub struct Sender {
@@ -107,6 +117,11 @@ pub struct Sender {
     jobs: BTreeMap<JobId, Job>,
     next_job: JobId,
     tests: HashMap<TestKey, TestWait>,
+    /// Jobs waiting for a slot, in order.
+    queue: VecDeque<JobId>,
+    in_flight: usize,
+    /// Devices connected since their last notification: their retries are dropped.
+    online: std::collections::HashSet<DeviceId>,
     out: VecDeque<SendOut>,
     last_error: Option<String>,
 }
@@ -120,6 +135,9 @@ impl Sender {
             jobs: BTreeMap::new(),
             next_job: 1,
             tests: HashMap::new(),
+            queue: VecDeque::new(),
+            in_flight: 0,
+            online: std::collections::HashSet::new(),
             out: VecDeque::new(),
             last_error: None,
         }
@@ -146,6 +164,10 @@ impl Sender {
 
     /// A notification from the core, with the device's subscriptions now.
     pub fn notify(&mut self, now: Time, n: Notification, subs: &[Subscription]) {
+        if !matches!(n.event, NotifyEvent::Test { .. }) {
+            // The core notifies only a device with no live connection.
+            self.online.remove(&n.device);
+        }
         match &n.event {
             NotifyEvent::Card { prompt, ttl, .. } => {
                 let expires = now + (*ttl).min(PUSH_HOLD);
@@ -153,28 +175,7 @@ impl Sender {
                 let c = content(&n.event, 1, self.mode);
                 self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy);
             }
-            NotifyEvent::Test { conn, id } => {
-                let key = (*conn, id.clone());
-                let c = content(&n.event, 1, self.mode);
-                let made = self.fan_out(now, &n.device, subs, c, now + TEST_TTL, None, Some(key.clone()), false);
-                if made == 0 {
-                    let result = Err("this device has no push subscription".to_owned());
-                    self.out.push_back(SendOut::TestResult {
-                        conn: key.0,
-                        id: key.1,
-                        result,
-                    });
-                } else {
-                    self.tests.insert(
-                        key,
-                        TestWait {
-                            left: made,
-                            sent: false,
-                            errors: Vec::new(),
-                        },
-                    );
-                }
-            }
+            NotifyEvent::Test { conn, id } => self.test(now, &n, *conn, id.clone(), subs),
             NotifyEvent::Reply { .. } | NotifyEvent::Deliver { .. } => {
                 let p = self.pending.entry(n.device.clone()).or_insert_with(|| Pending {
                     due: now + COALESCE,
@@ -189,12 +190,42 @@ impl Sender {
         }
     }
 
+    /// One test at a time per device, so a phone cannot fill the queue with tests.
+    fn test(&mut self, now: Time, n: &Notification, conn: ConnId, id: String, subs: &[Subscription]) {
+        let refuse = if self.tests.values().any(|w| w.device == n.device) {
+            Some("a push test is already running for this device")
+        } else if subs.is_empty() {
+            Some("this device has no push subscription")
+        } else if self.jobs.len() + subs.len() > MAX_JOBS {
+            Some("too many notifications are waiting; try again in a minute")
+        } else {
+            None
+        };
+        if let Some(why) = refuse {
+            let result = Err(why.to_owned());
+            return self.out.push_back(SendOut::TestResult { conn, id, result });
+        }
+        let key = (conn, id);
+        let c = content(&n.event, 1, self.mode);
+        let left = self.fan_out(now, &n.device, subs, c, now + TEST_TTL, None, Some(key.clone()), false);
+        let wait = TestWait {
+            device: n.device.clone(),
+            left,
+            sent: false,
+            errors: Vec::new(),
+        };
+        self.tests.insert(key, wait);
+    }
+
     /// The device is connected again: nothing waiting for it is sent (a connected phone
-    /// gets no push). A test is not dropped: it is sent while connected on purpose.
+    /// gets no push), and what is in flight is not retried. A test is not dropped: it is
+    /// sent while connected on purpose.
     pub fn device_online(&mut self, device: &DeviceId) {
         self.pending.remove(device);
+        self.online.insert(device.clone());
+        let in_flight = |j: &Job| j.due.is_none() && !j.queued;
         self.jobs
-            .retain(|_, j| &j.device != device || j.test.is_some() || j.due.is_none());
+            .retain(|_, j| &j.device != device || j.test.is_some() || in_flight(j));
     }
 
     /// Sends what is due: coalesced notifications, and retries.
@@ -215,7 +246,7 @@ impl Sender {
         let retry: Vec<JobId> = self
             .jobs
             .iter()
-            .filter(|(_, j)| j.due.is_some_and(|d| d <= now))
+            .filter(|(_, j)| !j.queued && j.due.is_some_and(|d| d <= now))
             .map(|(id, _)| *id)
             .collect();
         for id in retry {
@@ -258,6 +289,7 @@ impl Sender {
                 test: test.clone(),
                 attempts: 0,
                 due: Some(now),
+                queued: false,
             };
             self.jobs.insert(id, job);
             self.start(id);
@@ -267,17 +299,40 @@ impl Sender {
     }
 
     fn start(&mut self, id: JobId) {
-        if let Some(job) = self.jobs.get_mut(&id) {
-            job.due = None;
-            job.attempts += 1;
-            self.out.push_back(SendOut::Post(id));
+        let full = self.in_flight >= MAX_IN_FLIGHT;
+        let Some(job) = self.jobs.get_mut(&id) else { return };
+        job.due = None;
+        if full {
+            job.queued = true;
+            self.queue.push_back(id);
+            return;
+        }
+        job.queued = false;
+        job.attempts += 1;
+        self.in_flight += 1;
+        self.out.push_back(SendOut::Post(id));
+    }
+
+    /// A slot is free: the next queued job goes.
+    fn start_queued(&mut self) {
+        while self.in_flight < MAX_IN_FLIGHT {
+            let Some(id) = self.queue.pop_front() else { return };
+            if self.jobs.get(&id).is_some_and(|j| j.queued) {
+                self.start(id);
+            }
         }
     }
 
     /// The push service's answer to a job (or why there was none).
     pub fn answer(&mut self, now: Time, id: JobId, answer: Answer) {
-        let Some(job) = self.jobs.get(&id) else { return };
-        let verdict = verdict(&answer, job, now);
+        let Some(job) = self.jobs.get(&id).filter(|j| j.due.is_none() && !j.queued) else {
+            return;
+        };
+        self.in_flight -= 1;
+        let mut verdict = verdict(&answer, job, now);
+        if job.test.is_none() && self.online.contains(&job.device) && matches!(verdict, Verdict::Retry(_)) {
+            verdict = Verdict::Drop; // it is connected now and sees what waited
+        }
         let (device, channel, test) = (job.device.clone(), job.channel.clone(), job.test.clone());
         let service = match &channel {
             Channel::WebPush(s) => origin_of(&s.endpoint),
@@ -294,7 +349,7 @@ impl Sender {
                 if let Some(job) = self.jobs.get_mut(&id) {
                     job.due = Some(at);
                 }
-                return;
+                return self.start_queued();
             }
             Verdict::Sent => log::debug!("push to device {device:?}: sent ({described})"),
             Verdict::Gone => {
@@ -316,6 +371,7 @@ impl Sender {
         if let Some(key) = test {
             self.test_done(key, matches!(verdict, Verdict::Sent), described);
         }
+        self.start_queued();
     }
 
     fn test_done(&mut self, key: TestKey, sent: bool, described: String) {
@@ -369,7 +425,7 @@ fn verdict(answer: &Answer, job: &Job, now: Time) -> Verdict {
             retry_after,
         } => retry(now + retry_after.unwrap_or(backoff).max(Duration::from_secs(1))),
         Answer::Status { status: 500..=599, .. } | Answer::Failed(_) => retry(now + backoff),
-        Answer::Status { .. } => Verdict::Drop,
+        Answer::Status { .. } | Answer::Invalid(_) => Verdict::Drop,
     }
 }
 
@@ -377,6 +433,7 @@ fn describe(answer: &Answer, service: &str) -> String {
     match answer {
         Answer::Status { status, .. } => format!("{status} from {service}"),
         Answer::Failed(why) => format!("no answer from {service}: {why}"),
+        Answer::Invalid(why) => format!("not sent to {service}: {why}"),
     }
 }
 

@@ -35,15 +35,19 @@ pub fn vapid_key(state_dir: &Path) -> Result<Vapid, String> {
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {
             let (vapid, pkcs8) = Vapid::generate()?;
-            let mut file = fs::OpenOptions::new()
+            // Written whole beside it, then linked into place: a power cut leaves no
+            // empty key, and `link` fails rather than replace a key made meanwhile.
+            let tmp = state_dir.join(format!("{KEY_FILE}.tmp-{}", std::process::id()));
+            let _ = fs::remove_file(&tmp);
+            let written = fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
-                .open(&path)
-                .map_err(|e| format!("{}: {e}", path.display()))?;
-            file.write_all(&pkcs8)
-                .and_then(|()| file.sync_all())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .open(&tmp)
+                .and_then(|mut file| file.write_all(&pkcs8).and_then(|()| file.sync_all()))
+                .and_then(|()| fs::hard_link(&tmp, &path));
+            let _ = fs::remove_file(&tmp);
+            written.map_err(|e| format!("{}: {e}", path.display()))?;
             log::info!("push: made a VAPID key in {}", path.display());
             Ok(vapid)
         }

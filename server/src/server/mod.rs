@@ -48,12 +48,7 @@ const TRIM_DELAY: Duration = Duration::from_secs(10);
 /// base64, and then some).
 const AGENT_OUTBOX_LIMIT: usize = 64 * 1024 * 1024;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-/// A push service answers in well under a second; these are for a slow one.
-const PUSH_TIMEOUTS: crate::http_client::Timeouts = crate::http_client::Timeouts {
-    connect: Duration::from_secs(10),
-    first_byte: Duration::from_secs(30),
-    idle: Duration::from_secs(30),
-};
+use crate::push::PUSH_TIMEOUTS;
 
 pub struct Server {
     poll: Poll,
@@ -139,6 +134,7 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
         host: e.host.clone(),
         port: e.port,
         tls,
+        timeouts: None,
     };
     Ok(HttpClient::new(
         Some(target),

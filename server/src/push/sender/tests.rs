@@ -221,7 +221,7 @@ fn a_test_reports_once_every_subscription_answered_naming_the_status() {
 }
 
 #[test]
-fn jobs_are_bounded() {
+fn jobs_are_bounded_and_at_most_sixteen_are_in_flight() {
     let mut s = Sender::new(ContentMode::Preview, false);
     let subs: Vec<_> = (0..4).map(sub).collect();
     for n in 0..100 {
@@ -231,6 +231,63 @@ fn jobs_are_bounded() {
         }
         s.notify(at(0), c, &subs);
     }
-    assert_eq!(posts(&mut s).len(), MAX_JOBS);
-    assert!(s.last_error().unwrap().contains("dropped"));
+    assert!(
+        s.last_error().unwrap().contains("dropped"),
+        "past MAX_JOBS a new one is dropped"
+    );
+    let first = posts(&mut s);
+    assert_eq!(first.len(), MAX_IN_FLIGHT);
+    assert_eq!(s.poll_timeout(), None, "queued jobs wait for a slot, not for a timer");
+    // Each answer frees a slot for the next one.
+    s.answer(at(1), first[0], status(201));
+    assert_eq!(posts(&mut s).len(), 1);
+    s.answer(at(1), first[1], status(503));
+    assert_eq!(
+        posts(&mut s).len(),
+        1,
+        "a retry waiting for its time frees its slot too"
+    );
+    let mut sent = MAX_IN_FLIGHT + 2;
+    let mut open: Vec<JobId> = first[2..].to_vec();
+    while let Some(id) = open.pop() {
+        s.answer(at(2), id, status(201));
+        let next = posts(&mut s);
+        sent += next.len();
+        open.extend(next);
+    }
+    assert_eq!(
+        sent, MAX_JOBS,
+        "every kept job went once (the 503 one waits for its retry)"
+    );
+}
+
+#[test]
+fn a_phone_that_reconnects_gets_no_retry_and_tests_run_one_at_a_time() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(300), &[sub(1)]);
+    let id = posts(&mut s)[0];
+    s.device_online(&dev());
+    s.answer(at(1), id, status(503));
+    assert_eq!(s.poll_timeout(), None, "connected: what waited is on the phone already");
+    let test = |id: &str| Notification {
+        device: dev(),
+        event: NotifyEvent::Test {
+            conn: ConnId(1),
+            id: id.into(),
+        },
+    };
+    s.notify(at(2), test("t1"), &[sub(1)]);
+    assert_eq!(posts(&mut s).len(), 1);
+    s.notify(at(2), test("t2"), &[sub(1)]);
+    match drain(&mut s).as_slice() {
+        [SendOut::TestResult {
+            id, result: Err(why), ..
+        }] => assert!(id == "t2" && why.contains("already")),
+        other => panic!("{other:?}"),
+    }
+    // A request that cannot be made is not retried.
+    s.notify(at(3), card(300), &[sub(2)]);
+    let id = posts(&mut s)[0];
+    s.answer(at(3), id, Answer::Invalid("host not allowed".into()));
+    assert!(s.job(id).is_none());
 }
