@@ -5,11 +5,12 @@
 //! thread does them in order and wakes the loop (a `mio::Waker`) when each is done. The
 //! buffers move to the worker and back, so nothing is copied.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use hermes_mobile::AgentEvent;
@@ -32,7 +33,12 @@ enum Job {
     },
     /// Replace a small file atomically (an HTTP agent's conversation); nothing to report.
     Persist { path: PathBuf, contents: Vec<u8> },
+    /// Replace a file with the newest contents in `slot`, if still there ([`FileWorker::persist_latest`]).
+    PersistLatest { path: PathBuf, slot: Slot },
 }
+
+/// The newest contents of a file not yet written: a newer snapshot replaces an older one.
+type Slot = Arc<Mutex<Option<Vec<u8>>>>;
 
 /// A finished job.
 pub enum Done {
@@ -49,6 +55,7 @@ pub enum Done {
 
 pub struct FileWorker {
     jobs: Option<Sender<Job>>,
+    latest: HashMap<PathBuf, Slot>,
     done: Receiver<Done>,
     thread: Option<JoinHandle<()>>,
     next: Ticket,
@@ -76,6 +83,15 @@ impl FileWorker {
                         }
                         continue;
                     }
+                    Job::PersistLatest { path, slot } => {
+                        let contents = slot.lock().map(|mut s| s.take()).unwrap_or_default();
+                        if let Some(contents) = contents {
+                            if let Err(e) = persist(&path, &contents) {
+                                log::warn!("could not save {}: {e}", path.display());
+                            }
+                        }
+                        continue;
+                    }
                 };
                 if done_tx.send(result).is_err() {
                     return;
@@ -85,6 +101,7 @@ impl FileWorker {
         })?;
         Ok(FileWorker {
             jobs: Some(jobs),
+            latest: HashMap::new(),
             done,
             thread: Some(thread),
             next: 0,
@@ -117,6 +134,20 @@ impl FileWorker {
     /// Replaces `path` with `contents` atomically: a crash leaves the old file or the new.
     pub fn persist(&mut self, path: PathBuf, contents: Vec<u8>) {
         self.submit(|_| Job::Persist { path, contents });
+    }
+
+    /// Like [`persist`](Self::persist) for a file of which only the newest contents matter
+    /// (the push subscriptions): a snapshot not yet written is replaced rather than queued
+    /// behind, so however fast they change, at most one waits (and one is being written).
+    pub fn persist_latest(&mut self, path: PathBuf, contents: Vec<u8>) {
+        let slot = self.latest.entry(path.clone()).or_default().clone();
+        let waiting = match slot.lock() {
+            Ok(mut s) => s.replace(contents).is_some(),
+            Err(_) => return log::error!("the file worker has stopped; {} can no longer be saved", path.display()),
+        };
+        if !waiting {
+            self.submit(|_| Job::PersistLatest { path, slot });
+        }
     }
 
     /// A finished job, if any (after the waker fired).
@@ -170,6 +201,8 @@ fn persist(path: &Path, contents: &[u8]) -> io::Result<()> {
         std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700).create(dir)?;
     }
     let tmp = path.with_extension("tmp");
+    // A leftover from a crash may have looser permissions, which `open` would keep.
+    let _ = fs::remove_file(&tmp);
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)

@@ -253,6 +253,29 @@ fn a_410_removes_the_subscription_for_good() {
 }
 
 #[test]
+fn a_subscription_gone_is_not_used_by_a_notification_already_waiting() {
+    // A deliver waits out the 2 s coalescing window with the device's subscriptions as
+    // they were; meanwhile a card's push learns (410) that the subscription is gone.
+    let setup = Setup::new();
+    let agent = format!("exec:{}", scripted_agent());
+    let server = setup.gateway(&[("MOBILE_AGENT", &agent)]);
+    let (mut c, _, _) = subscribe(&server, &setup.service, "tel-1");
+    c.send(json!({"t":"text","id":"m1","text":"later 800 card"}));
+    lock(&server, c, "tel-1");
+    setup.service.answer_next(410, &[]);
+    let mut cron = service_conn(&server);
+    cron.send(json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"one"}));
+    assert_eq!(cron.recv()["held"], true);
+    let pushes = setup.service.wait_for(1, Duration::from_secs(10));
+    assert_eq!(pushes[0].payload.as_ref().unwrap()["hermes"]["kind"], "card");
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(setup.service.pushes().len(), 1, "a POST to a subscription that is gone");
+    let h = health(&server);
+    assert_eq!(h["push_subscriptions"], 0, "{h}");
+    assert!(h["push_last_error"].as_str().unwrap().contains("410"), "{h}");
+}
+
+#[test]
 fn a_429_is_retried_no_sooner_than_its_retry_after() {
     let setup = Setup::new();
     let server = setup.gateway(&[]);

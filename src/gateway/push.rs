@@ -80,6 +80,9 @@ impl Gateway {
             auth: b64url(&frame.auth),
             app_url: frame.app_url.map(|u| u.into_owned()),
         };
+        // The page registers again after every `ready`: the same subscription changes
+        // nothing, and nothing is written.
+        let unchanged = self.push.get(device).contains(&sub);
         if let Some(old) = self.push.subscribe(device, sub) {
             log::info!(
                 "device {old:?}: push subscriptions dropped: {} devices have some",
@@ -90,7 +93,9 @@ impl Gateway {
             "device {device:?}: push subscription kept ({} for it)",
             self.push.get(device).len()
         );
-        self.outputs.push_back(Output::PushChanged);
+        if !unchanged {
+            self.outputs.push_back(Output::PushChanged);
+        }
         self.send(conn, encode("push_subscribed", &PushAnswer { id: id.into() }));
     }
 

@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use hermes_mobile::push::AllowList;
 
-use super::values::list;
 use crate::push::{ContentMode, NtfyTarget, PushSettings};
 
 /// `None` when Web Push is off and ntfy is not set: nothing to notify with.
@@ -25,7 +24,7 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         "none" => ContentMode::None,
         other => return Err(format!("MOBILE_PUSH_CONTENT must be preview or none, got {other:?}")),
     };
-    let extra = list(&get("--push-hosts").unwrap_or_default());
+    let extra = push_hosts(&get("--push-hosts").unwrap_or_default());
     let hosts = AllowList::new(extra.iter().map(String::as_str)).map_err(|e| format!("MOBILE_PUSH_HOSTS: {e}"))?;
     let public_url = get("--public-url")
         .map(|u| u.trim().to_owned())
@@ -84,4 +83,27 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         ntfy_token,
         public_url,
     }))
+}
+
+/// `MOBILE_PUSH_HOSTS` entries: separated by commas or spaces; an origin as copied from an
+/// endpoint (`https://push.example.org:8443/`) counts as its `host[:port]`.
+fn push_hosts(value: &str) -> Vec<String> {
+    value
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .map(|e| e.strip_prefix("https://").unwrap_or(e).trim_end_matches('/'))
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[cfg(test)]
+mod push_hosts_tests {
+    #[test]
+    fn push_hosts_take_commas_spaces_and_origins() {
+        assert_eq!(
+            super::push_hosts(" a.example, b.example:8443  https://c.example:9443/ ,,"),
+            ["a.example", "b.example:8443", "c.example:9443"]
+        );
+        assert!(super::push_hosts(" , ").is_empty());
+    }
 }

@@ -15,8 +15,10 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, RootCertStore};
 
 /// The client settings: roots from the system store and `ca_file`, which is the value of
-/// the setting `setting` (named in errors).
-pub fn client_config(ca_file: Option<&Path>, setting: &str) -> Result<Arc<ClientConfig>, String> {
+/// the setting `setting` (named in errors). With no root at all it is an error, unless
+/// `optional` (push, on by default: a host without ca-certificates must still start; its
+/// pushes then fail with a TLS error in the log and `/healthz`).
+pub fn client_config(ca_file: Option<&Path>, setting: &str, optional: bool) -> Result<Arc<ClientConfig>, String> {
     let mut roots = RootCertStore::empty();
     let native = rustls_native_certs::load_native_certs();
     for cert in native.certs {
@@ -40,9 +42,11 @@ pub fn client_config(ca_file: Option<&Path>, setting: &str) -> Result<Arc<Client
         log::info!("TLS ({setting}): {added} certificate(s) from {}", path.display());
     }
     if roots.is_empty() {
-        return Err(format!(
-            "no trusted certificates for https: install ca-certificates or set {setting}"
-        ));
+        let why = format!("no trusted certificates for https: install ca-certificates or set {setting}");
+        if !optional {
+            return Err(why);
+        }
+        log::warn!("{why}");
     }
     log::debug!("TLS: {system} certificates from the system store");
     let provider = Arc::new(rustls::crypto::ring::default_provider());

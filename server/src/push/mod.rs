@@ -10,6 +10,7 @@ pub mod content;
 pub mod ece;
 mod ntfy;
 mod request;
+mod retry_after;
 pub mod sender;
 mod store;
 pub mod vapid;
@@ -105,6 +106,14 @@ pub struct Push {
     subscriptions_file: PathBuf,
 }
 
+/// Why a job's POST is not made.
+enum NotSent {
+    /// Its subscription is gone: dropped quietly.
+    Withdrawn,
+    /// It cannot be made, now or later.
+    Invalid(String),
+}
+
 /// The work push asks of the loop.
 pub enum PushIo {
     Call {
@@ -127,7 +136,7 @@ impl Push {
         } else {
             None
         };
-        let tls = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_PUSH_CA_FILE")?;
+        let tls = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_PUSH_CA_FILE", true)?;
         if settings.subject_defaulted && settings.web_push {
             log::warn!(
                 "push: MOBILE_PUSH_SUBJECT is not set; using {:?}, which Apple's push service refuses (403): set it to mailto:you@example.org or an https URL of yours",
@@ -197,7 +206,7 @@ impl Push {
     pub fn poll(&mut self, t: Time, core: &mut Gateway) -> Option<PushIo> {
         while let Some(out) = self.sender.poll() {
             match out {
-                SendOut::Post(job) => match self.request(t, job) {
+                SendOut::Post(job) => match self.request(t, job, core) {
                     Ok(Request { target, bytes }) => {
                         let id = CallId(PUSH_CALL | self.next_call);
                         self.next_call += 1;
@@ -216,8 +225,9 @@ impl Push {
                             request: bytes,
                         });
                     }
+                    Err(NotSent::Withdrawn) => self.sender.answer(t, job, Answer::Withdrawn),
                     // A request that cannot be made now cannot be made later either.
-                    Err(why) => self.sender.answer(t, job, Answer::Invalid(why)),
+                    Err(NotSent::Invalid(why)) => self.sender.answer(t, job, Answer::Invalid(why)),
                 },
                 SendOut::Gone { device, endpoint } => core.handle_push_gone(t, &device, &endpoint),
                 SendOut::TestResult { conn, id, result } => core.handle_push_test_result(t, conn, &id, result),
@@ -226,20 +236,34 @@ impl Push {
         None
     }
 
-    fn request(&self, t: Time, job: JobId) -> Result<Request, String> {
-        let job = self.sender.job(job).ok_or("the notification is gone")?;
+    /// The POST of a job. A Web Push job goes to the subscription as the core has it now:
+    /// one removed meanwhile (a 404/410 to another job, an unsubscribe, an eviction) is
+    /// never used again, and one whose keys were replaced gets the new keys.
+    fn request(&self, t: Time, job: JobId, core: &Gateway) -> Result<Request, NotSent> {
+        let job = self.sender.job(job).ok_or(NotSent::Withdrawn)?;
         match &job.channel {
-            sender::Channel::WebPush(sub) => {
+            sender::Channel::WebPush(queued) => {
+                let sub = core
+                    .push_subscriptions(&job.device)
+                    .iter()
+                    .find(|s| s.endpoint == queued.endpoint)
+                    .ok_or(NotSent::Withdrawn)?;
                 let unix = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
                 let base = sub.app_url.as_deref().or(self.settings.public_url.as_deref());
                 request::web_push(job, sub, t, base, &self.settings, &self.vapid, &self.tls, unix)
+                    .map_err(NotSent::Invalid)
             }
             sender::Channel::Ntfy => {
-                let target = self.settings.ntfy.as_ref().ok_or("ntfy is not set")?;
+                let target = self
+                    .settings
+                    .ntfy
+                    .as_ref()
+                    .ok_or(NotSent::Invalid("ntfy is not set".into()))?;
                 let token = self.settings.ntfy_token.as_deref();
                 ntfy::request(job, target, token, self.settings.public_url.as_deref(), &self.tls)
+                    .map_err(NotSent::Invalid)
             }
         }
     }
@@ -280,15 +304,15 @@ impl Push {
     }
 }
 
-/// `Retry-After` in seconds (an HTTP date counts as a minute: push services send seconds).
+/// `Retry-After`, seconds or an HTTP date (the wall clock turns a date into seconds).
 fn retry_after(head: &ResponseHead) -> Option<Duration> {
     let value = head
         .headers
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case("retry-after"))
-        .map(|(_, v)| v.trim())?;
-    Some(match value.parse::<u64>() {
-        Ok(secs) => Duration::from_secs(secs.min(24 * 3600)),
-        Err(_) => Duration::from_secs(60),
-    })
+        .map(|(_, v)| v.as_str())?;
+    let now_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    Some(retry_after::wait(value, now_unix))
 }

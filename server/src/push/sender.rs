@@ -108,6 +108,9 @@ pub enum Answer {
     /// The request could not be made (a host no longer allowed, a key that is not one):
     /// it never will be, so it is not retried.
     Invalid(String),
+    /// Not sent, and nothing went wrong: the subscription was removed meanwhile (a 404/410
+    /// to another job, an unsubscribe), so it is never used again.
+    Withdrawn,
 }
 
 pub struct Sender {
@@ -120,7 +123,8 @@ pub struct Sender {
     /// Jobs waiting for a slot, in order.
     queue: VecDeque<JobId>,
     in_flight: usize,
-    /// Devices connected since their last notification: their retries are dropped.
+    /// Devices connected since their last notification that still have a job in flight:
+    /// its retries are dropped. Only devices with jobs: bounded by `MAX_JOBS`.
     online: std::collections::HashSet<DeviceId>,
     out: VecDeque<SendOut>,
     last_error: Option<String>,
@@ -222,10 +226,12 @@ impl Sender {
     /// sent while connected on purpose.
     pub fn device_online(&mut self, device: &DeviceId) {
         self.pending.remove(device);
-        self.online.insert(device.clone());
         let in_flight = |j: &Job| j.due.is_none() && !j.queued;
         self.jobs
             .retain(|_, j| &j.device != device || j.test.is_some() || in_flight(j));
+        if self.jobs.values().any(|j| &j.device == device) {
+            self.online.insert(device.clone());
+        }
     }
 
     /// Sends what is due: coalesced notifications, and retries.
@@ -250,7 +256,7 @@ impl Sender {
             .map(|(id, _)| *id)
             .collect();
         for id in retry {
-            self.start(id);
+            self.start(now, id);
         }
     }
 
@@ -292,15 +298,29 @@ impl Sender {
                 queued: false,
             };
             self.jobs.insert(id, job);
-            self.start(id);
+            self.start(now, id);
             made += 1;
         }
         made
     }
 
-    fn start(&mut self, id: JobId) {
+    fn start(&mut self, now: Time, id: JobId) {
         let full = self.in_flight >= MAX_IN_FLIGHT;
         let Some(job) = self.jobs.get_mut(&id) else { return };
+        if now >= job.expires {
+            // It waited for a slot past its TTL (a card that has expired meanwhile).
+            log::info!(
+                "push to device {:?}: not sent: its time ran out while it waited",
+                job.device
+            );
+            let (device, test) = (job.device.clone(), job.test.clone());
+            self.jobs.remove(&id);
+            self.forget_online(&device);
+            if let Some(key) = test {
+                self.test_done(key, false, "its time ran out before it could be sent".into());
+            }
+            return;
+        }
         job.due = None;
         if full {
             job.queued = true;
@@ -314,12 +334,19 @@ impl Sender {
     }
 
     /// A slot is free: the next queued job goes.
-    fn start_queued(&mut self) {
+    fn start_queued(&mut self, now: Time) {
         while self.in_flight < MAX_IN_FLIGHT {
             let Some(id) = self.queue.pop_front() else { return };
             if self.jobs.get(&id).is_some_and(|j| j.queued) {
-                self.start(id);
+                self.start(now, id);
             }
+        }
+    }
+
+    /// A device's last job is done: it leaves `online`.
+    fn forget_online(&mut self, device: &DeviceId) {
+        if !self.jobs.values().any(|j| &j.device == device) {
+            self.online.remove(device);
         }
     }
 
@@ -349,7 +376,7 @@ impl Sender {
                 if let Some(job) = self.jobs.get_mut(&id) {
                     job.due = Some(at);
                 }
-                return self.start_queued();
+                return self.start_queued(now);
             }
             Verdict::Sent => log::debug!("push to device {device:?}: sent ({described})"),
             Verdict::Gone => {
@@ -362,16 +389,20 @@ impl Sender {
                     });
                 }
             }
+            Verdict::Retry(_) | Verdict::Drop if answer == Answer::Withdrawn => {
+                log::debug!("push to device {device:?}: {described}")
+            }
             Verdict::Retry(_) | Verdict::Drop => {
                 log_drop(&device, &answer, &described, &channel);
                 self.last_error = Some(described.clone());
             }
         }
         self.jobs.remove(&id);
+        self.forget_online(&device);
         if let Some(key) = test {
             self.test_done(key, matches!(verdict, Verdict::Sent), described);
         }
-        self.start_queued();
+        self.start_queued(now);
     }
 
     fn test_done(&mut self, key: TestKey, sent: bool, described: String) {
@@ -425,7 +456,7 @@ fn verdict(answer: &Answer, job: &Job, now: Time) -> Verdict {
             retry_after,
         } => retry(now + retry_after.unwrap_or(backoff).max(Duration::from_secs(1))),
         Answer::Status { status: 500..=599, .. } | Answer::Failed(_) => retry(now + backoff),
-        Answer::Status { .. } | Answer::Invalid(_) => Verdict::Drop,
+        Answer::Status { .. } | Answer::Invalid(_) | Answer::Withdrawn => Verdict::Drop,
     }
 }
 
@@ -434,6 +465,7 @@ fn describe(answer: &Answer, service: &str) -> String {
         Answer::Status { status, .. } => format!("{status} from {service}"),
         Answer::Failed(why) => format!("no answer from {service}: {why}"),
         Answer::Invalid(why) => format!("not sent to {service}: {why}"),
+        Answer::Withdrawn => format!("not sent to {service}: the subscription was removed"),
     }
 }
 

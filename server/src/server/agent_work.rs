@@ -53,7 +53,7 @@ impl Server {
                     Some(client) => client.start_to(self.poll.registry(), &mut self.wheel, id, target, request, now),
                     None => log::error!("push: no HTTP client"),
                 },
-                crate::push::PushIo::Persist { path, contents } => self.files.persist(path, contents),
+                crate::push::PushIo::Persist { path, contents } => self.files.persist_latest(path, contents),
             }
         }
         progress

@@ -124,7 +124,7 @@ fn http_client(settings: &crate::config::HttpConfig, waker: Arc<mio::Waker>) -> 
     let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidInput, m);
     let tls = if e.tls {
         let name = crate::http_client::tls::server_name(&e.host).map_err(invalid)?;
-        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_AGENT_CA_FILE")
+        let config = crate::http_client::tls::client_config(settings.ca_file.as_deref(), "MOBILE_AGENT_CA_FILE", false)
             .map_err(invalid)?;
         Some((config, name))
     } else {
@@ -179,8 +179,19 @@ impl Server {
         let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("push: {m}"));
         let (push, subscriptions) = match &config.push {
             Some(settings) => {
-                let (push, subscriptions) =
-                    crate::push::Push::start(settings.clone(), &config.state_dir).map_err(invalid)?;
+                let mut settings = settings.clone();
+                if settings.ntfy.is_some() && settings.public_url.is_none() {
+                    // ntfy's Click needs the chat's address: the first one printed at start-up.
+                    let lan = crate::pair::lan_addresses();
+                    settings.public_url = crate::pair::page_urls(&config.host, local_addr.port(), &lan)
+                        .into_iter()
+                        .next();
+                    log::info!(
+                        "push: MOBILE_PUBLIC_URL is not set; ntfy notifications open {}",
+                        settings.public_url.as_deref().unwrap_or("nothing")
+                    );
+                }
+                let (push, subscriptions) = crate::push::Push::start(settings, &config.state_dir).map_err(invalid)?;
                 core_config.push = Some(push.core_config());
                 (Some(push), subscriptions)
             }

@@ -114,7 +114,7 @@ impl Server {
             Output::Notify(n) => push.notify(t, n, &self.core),
             Output::PushChanged => {
                 if let crate::push::PushIo::Persist { path, contents } = push.persist(&self.core) {
-                    self.files.persist(path, contents);
+                    self.files.persist_latest(path, contents);
                 }
             }
             _ => {}

@@ -291,3 +291,46 @@ fn a_phone_that_reconnects_gets_no_retry_and_tests_run_one_at_a_time() {
     s.answer(at(3), id, Answer::Invalid("host not allowed".into()));
     assert!(s.job(id).is_none());
 }
+
+#[test]
+fn a_job_that_waited_past_its_ttl_for_a_slot_is_not_sent() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    let subs: Vec<_> = (0..4).map(sub).collect();
+    // 16 long-lived cards fill the slots; a short card waits behind them.
+    for n in 0..4 {
+        let mut c = card(3600);
+        if let NotifyEvent::Card { prompt, .. } = &mut c.event {
+            *prompt = PromptId(format!("long{n}"));
+        }
+        s.notify(at(0), c, &subs);
+    }
+    let first = posts(&mut s);
+    assert_eq!(first.len(), MAX_IN_FLIGHT);
+    s.notify(at(0), card(5), &[sub(9)]);
+    assert!(posts(&mut s).is_empty(), "queued behind a full set of slots");
+    // A slot frees after the short card's TTL: it is dropped, not sent with TTL 0.
+    s.answer(at(10), first[0], status(201));
+    assert!(posts(&mut s).is_empty());
+    assert_eq!(s.jobs.len(), MAX_IN_FLIGHT - 1);
+}
+
+#[test]
+fn withdrawn_jobs_go_quietly_and_online_devices_are_only_those_with_jobs() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(300), &[sub(1)]);
+    let id = posts(&mut s)[0];
+    s.answer(at(1), id, Answer::Withdrawn);
+    assert!(s.job(id).is_none());
+    assert_eq!(s.last_error(), None, "a removed subscription is no failure");
+    // Devices that come and go with nothing in flight leave no trace.
+    for n in 0..1000 {
+        s.device_online(&DeviceId(format!("d{n}")));
+    }
+    assert!(s.online.is_empty());
+    s.notify(at(2), card(300), &[sub(1)]);
+    let id = posts(&mut s)[0];
+    s.device_online(&dev());
+    assert!(s.online.contains(&dev()), "its in-flight job is not retried");
+    s.answer(at(3), id, status(503));
+    assert!(s.online.is_empty() && s.jobs.is_empty());
+}
