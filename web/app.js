@@ -196,6 +196,7 @@ const PAGE = 50; // items loaded per scroll to an end
 const past = {
   history: null, // History of this device (history.js), or null before start()
   device: null,
+  generation: 0, // counts openHistory/forgetHistory calls: a late open is dropped
   restored: new WeakSet(), // elements shown from history, not from this connection
   records: new WeakMap(), // element → its record, kept so that an update rewrites it whole
   noOlder: false, // the window's first item is the oldest kept
@@ -212,11 +213,19 @@ async function openHistory(deviceId) {
   if (past.history) past.history.close();
   past.device = deviceId;
   past.noOlder = false;
-  past.history = await History.open(deviceId);
+  const generation = ++past.generation;
+  const opened = await History.open(deviceId);
+  if (generation !== past.generation) {
+    // Forgotten (or another device) while it opened: not this page's history any more.
+    if (opened) opened.close();
+    return;
+  }
+  past.history = opened;
   await loadOlder(PAGE_FIRST);
 }
 
 function forgetHistory(deviceId) {
+  past.generation++;
   if (past.history) past.history.close();
   past.history = null;
   past.device = null;
@@ -348,9 +357,25 @@ function addUserText(id, text) {
   });
 }
 
+// A live message whose id a finished message shown from history already has, with other
+// text, is a new message (an agent that reuses ids after a restart): its own bubble and
+// record, under this page's alias of its key, rather than rewriting the old one.
+const liveAliases = new Map();
+
+function liveKey(d) {
+  const key = 'm:' + d.key;
+  if (liveAliases.has(key)) return liveAliases.get(key);
+  const m = bubbles.get(key);
+  if (!m || !past.restored.has(m) || m.dataset.final !== 'true' || past.records.get(m)?.text === d.text) return key;
+  const alias = `${key}#${nextSeq()}`;
+  liveAliases.set(key, alias);
+  return alias;
+}
+
 function onAgentMessage({ detail: d }) {
   keepBottom(false, () => {
-    const m = bubbles.get('m:' + d.key) || bubble('agent', d.id, 'm:' + d.key);
+    const key = liveKey(d);
+    const m = bubbles.get(key) || bubble('agent', d.id, key);
     let t = m.querySelector('.msg-text');
     if (!t) {
       t = el('div', 'msg-text');
@@ -359,7 +384,7 @@ function onAgentMessage({ detail: d }) {
     renderMarkdown(t, d.text); // M2: the latest version replaces the bubble's text in place
     m.dataset.final = String(d.final);
     m.setAttribute('aria-busy', String(!d.final));
-    if (d.final) remember(m, 'm:' + d.key, { from: 'agent', type: 'text', id: d.id, text: d.text, final: true });
+    if (d.final) remember(m, key, { from: 'agent', type: 'text', id: d.id, text: d.text, final: true });
   });
   if (d.final) client.ack(d.id);
 }
@@ -1073,6 +1098,7 @@ function forget() {
   ui.messages.replaceChildren();
   bubbles.clear();
   cards.clear();
+  liveAliases.clear();
   showTyping(false);
   avatarQueue.length = 0;
   setAvatar('idle');

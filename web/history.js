@@ -68,10 +68,11 @@ export class History {
       // A phone may freeze or kill a hidden page at once: what is queued is written as the
       // page goes away, not FLUSH_MS later (a reply must not be lost to a quick reload).
       if (globalThis.addEventListener) {
-        globalThis.addEventListener('pagehide', () => h.flush());
-        globalThis.addEventListener('visibilitychange', () => {
-          if (globalThis.document && document.visibilityState === 'hidden') h.flush();
-        });
+        h.onHide = (e) => {
+          if (e.type === 'pagehide' || !globalThis.document || document.visibilityState === 'hidden') h.flush();
+        };
+        globalThis.addEventListener('pagehide', h.onHide);
+        globalThis.addEventListener('visibilitychange', h.onHide);
       }
     } catch (e) {
       h.fail(e);
@@ -97,6 +98,11 @@ export class History {
   }
 
   close() {
+    if (this.onHide && globalThis.removeEventListener) {
+      globalThis.removeEventListener('pagehide', this.onHide);
+      globalThis.removeEventListener('visibilitychange', this.onHide);
+      this.onHide = null;
+    }
     clearTimeout(this.timer);
     this.pending.clear();
     if (this.db) this.db.close();

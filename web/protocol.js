@@ -974,7 +974,10 @@ export class HermesClient extends EventTarget {
     }
     let keys;
     try {
-      const k = (s.keys && typeof s.keys === 'object' && s.keys) || {};
+      // A PushSubscription's toJSON() gives `keys`; without one, its getKey() does.
+      const byGetKey = subscription && typeof subscription.getKey === 'function'
+        ? { p256dh: subscription.getKey('p256dh'), auth: subscription.getKey('auth') } : {};
+      const k = (s.keys && typeof s.keys === 'object' && s.keys) || byGetKey;
       keys = { p256dh: keyToBase64Url(k.p256dh), auth: keyToBase64Url(k.auth) };
     } catch (e) {
       return Promise.reject(e instanceof HermesError ? e : new HermesError('bad_frame', 'a subscription key is not base64url'));

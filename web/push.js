@@ -5,6 +5,7 @@
 import { base64UrlToBytes } from '/protocol.js';
 
 const KEY_PUSH = 'hermes.push'; // the endpoint this browser registered at the gateway
+const KEY_HIDDEN = 'hermes.push.hidden'; // the owner put the notifications bar away ("Not now")
 const FIND_WAIT_MS = 30000; // how long a tapped card may take to arrive after `ready`
 const HIGHLIGHT_MS = 2500;
 
@@ -49,15 +50,23 @@ export function explainNoPush(env, vapidKey) {
 
 /** Registers /sw.js for the whole app; where it cannot (plain http), the app works online. */
 export function registerServiceWorker() {
-  if (typeof navigator === 'undefined' || !('serviceWorker' in navigator) || !globalThis.isSecureContext) return null;
-  return navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch(() => null);
+  try {
+    if (typeof navigator === 'undefined' || !('serviceWorker' in navigator) || !globalThis.isSecureContext) return null;
+    return navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch(() => null);
+  } catch {
+    return null; // some browsers throw at once when the site's storage is blocked
+  }
 }
 
-const store = {
-  get: () => { try { return localStorage.getItem(KEY_PUSH); } catch { return null; } },
-  set: (v) => { try { localStorage.setItem(KEY_PUSH, v); } catch { /* in memory only */ } },
-  del: () => { try { localStorage.removeItem(KEY_PUSH); } catch { /* nothing */ } },
-};
+function stored(key) {
+  return {
+    get: () => { try { return localStorage.getItem(key); } catch { return null; } },
+    set: (v) => { try { localStorage.setItem(key, v); } catch { /* in memory only */ } },
+    del: () => { try { localStorage.removeItem(key); } catch { /* nothing */ } },
+  };
+}
+const store = stored(KEY_PUSH);
+const hiddenStore = stored(KEY_HIDDEN);
 
 async function registration() {
   const reg = await Promise.race([
@@ -94,7 +103,7 @@ const appUrl = () => location.origin + location.pathname;
 async function subscribeAtGateway(client) {
   if (!client || !client.online) throw new Error('connect to the gateway first');
   const sub = await subscribe(client.webPushKey);
-  await client.pushSubscribe(sub.toJSON(), appUrl());
+  await client.pushSubscribe(sub, appUrl()); // toJSON(), or `keys`, or getKey(): all taken
   return sub.endpoint;
 }
 
@@ -121,29 +130,42 @@ function renderControl(ui, { why, on, busy }) {
   ui.button.setAttribute('aria-label', label);
   ui.button.title = label;
   ui.state.dataset.state = state;
-  ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Notifications are off. Turn them on to hear about cards and replies while the app is closed.');
+  ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Get a notification for cards and replies while the app is closed.');
   ui.toggle.hidden = !!why && !on;
   ui.toggle.textContent = on ? 'Turn off notifications' : 'Turn on notifications';
   ui.toggle.disabled = busy;
   ui.test.hidden = !on;
   ui.test.disabled = busy;
+  return state;
 }
 
 /**
- * The notifications control: the bell (#push-button) opens #push-panel with the state
- * sentence (#push-state), on/off (#push-toggle) and a test (#push-test). `getClient()` gives
- * the current HermesClient or null; `notice(text)` shows a page notice.
+ * The notifications control on the chat screen. #push-panel holds the state sentence or the
+ * one-sentence reason why push cannot work here (#push-state), on/off (#push-toggle), a
+ * test (#push-test) and "Not now" (#push-hide). It shows by itself while notifications are
+ * off, until put away; once they are on (or put away) the bell (#push-button) in the header
+ * brings it back. Only one of the two is visible at a time. `getClient()` gives the current
+ * HermesClient or null; `notice(text)` shows a page notice.
  */
 export function initPush({ getClient, notice }) {
   const $ = (id) => document.getElementById(id);
-  const ui = { button: $('push-button'), panel: $('push-panel'), state: $('push-state'), toggle: $('push-toggle'), test: $('push-test') };
+  const ui = {
+    button: $('push-button'), panel: $('push-panel'), state: $('push-state'),
+    toggle: $('push-toggle'), test: $('push-test'), hide: $('push-hide'),
+  };
   let on = false;
   let busy = false;
+  let visible = false; // the chat screen is showing
+  let expanded = null; // the owner's choice on this page; null: by the state
 
   function render() {
     const client = getClient();
     const why = explainNoPush(browserEnv(), client && client.ready ? client.webPushKey : null);
-    renderControl(ui, { why, on, busy });
+    const state = renderControl(ui, { why, on, busy });
+    const open = expanded !== null ? expanded : state !== 'on' && hiddenStore.get() !== '1';
+    ui.panel.hidden = !visible || !open;
+    ui.button.hidden = !visible || open;
+    ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
   }
 
   async function run(fn) {
@@ -163,6 +185,7 @@ export function initPush({ getClient, notice }) {
   async function turnOn() {
     store.set(await subscribeAtGateway(getClient()));
     on = true;
+    expanded = true; // stays open: "Send a test notification" is the next thing to try
   }
 
   async function turnOff() {
@@ -175,9 +198,15 @@ export function initPush({ getClient, notice }) {
   }
 
   ui.button.addEventListener('click', () => {
-    ui.panel.hidden = !ui.panel.hidden;
-    ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
+    expanded = true;
     render();
+    ui.toggle.hidden ? ui.hide.focus() : ui.toggle.focus();
+  });
+  ui.hide.addEventListener('click', () => {
+    if (!on) hiddenStore.set('1');
+    expanded = false;
+    render();
+    ui.button.focus();
   });
   ui.toggle.addEventListener('click', () => run(on ? turnOff : turnOn));
   ui.test.addEventListener('click', () => run(async () => {
@@ -187,11 +216,9 @@ export function initPush({ getClient, notice }) {
 
   return {
     render,
-    /** The bell belongs to the chat screen. */
-    show(visible) {
-      ui.button.hidden = !visible;
-      if (!visible) ui.panel.hidden = true;
-      ui.button.setAttribute('aria-expanded', String(!ui.panel.hidden));
+    /** The control belongs to the chat screen. */
+    show(chatVisible) {
+      visible = chatVisible;
       render();
     },
     /**
@@ -212,8 +239,9 @@ export function initPush({ getClient, notice }) {
     forget(client) {
       if (client && client.online && store.get()) client.pushUnsubscribe().catch(() => {});
       store.del();
+      hiddenStore.del();
       on = false;
-      ui.panel.hidden = true;
+      expanded = null;
       currentSubscription().then((sub) => sub && sub.unsubscribe()).catch(() => {});
       render();
     },
@@ -239,22 +267,27 @@ function reveal(n) {
  * Brings a card or message into view when a notification was tapped: the service worker's
  * {type: 'hermes-open', kind, id} message to an open window, or #card=ID / #message=ID in
  * the address of a window it opened. The card comes from the gateway after `ready`, so it
- * is waited for (FIND_WAIT_MS at most).
+ * is waited for (FIND_WAIT_MS at most). A card shown from history is closed until the
+ * gateway sends it open again (replacing the element): what is found closed is shown at
+ * once, and the open card again when it comes.
  */
 export function initNotificationOpen(box) {
   let stop = null;
+  const isOpen = (n) => n.dataset.state === 'open';
   function open(kind, id) {
     if (stop) stop();
     if (!id) return;
     kind = kind === 'card' ? 'card' : 'message';
     const now = findItem(box, kind, id);
-    if (now) return reveal(now);
+    if (now) reveal(now);
+    if (now && (kind === 'message' || isOpen(now))) return;
+    let shown = now;
     const obs = new MutationObserver(() => {
       const n = findItem(box, kind, id);
-      if (n) {
-        stop();
-        reveal(n);
-      }
+      if (!n || n === shown) return;
+      shown = n;
+      reveal(n);
+      if (kind === 'message' || isOpen(n)) stop();
     });
     const timer = setTimeout(() => stop(), FIND_WAIT_MS);
     stop = () => {
@@ -272,12 +305,14 @@ export function initNotificationOpen(box) {
     try { id = decodeURIComponent(m[2]); } catch { return; }
     open(m[1], id);
   }
-  if (typeof navigator !== 'undefined' && navigator.serviceWorker) {
-    navigator.serviceWorker.addEventListener('message', (e) => {
-      const d = e.data;
-      if (d && d.type === 'hermes-open' && typeof d.id === 'string') open(d.kind === 'card' ? 'card' : 'message', d.id);
-    });
-  }
+  try {
+    if (typeof navigator !== 'undefined' && navigator.serviceWorker) {
+      navigator.serviceWorker.addEventListener('message', (e) => {
+        const d = e.data;
+        if (d && d.type === 'hermes-open' && typeof d.id === 'string') open(d.kind === 'card' ? 'card' : 'message', d.id);
+      });
+    }
+  } catch { /* storage blocked: no worker, no messages from it */ }
   window.addEventListener('hashchange', fromHash);
   fromHash();
   return { open };

@@ -15,8 +15,8 @@ const SHELL = [
   '/avatar/', '/avatar/avatar.css', '/avatar/avatar.js',
 ];
 const SHELL_PATHS = new Set(SHELL);
-// A navigation waits this long for the network before the cached page is shown: a phone
-// on a dead Wi-Fi can hang a request for a minute.
+// A request waits this long for the network before the cached copy is used: a phone on a
+// dead Wi-Fi can hang a request for a minute.
 const NAVIGATION_TIMEOUT_MS = 4000;
 
 self.addEventListener('install', (event) => {
@@ -42,33 +42,28 @@ self.addEventListener('fetch', (event) => {
   if (req.method !== 'GET') return;
   const url = new URL(req.url);
   if (url.origin !== self.location.origin || !SHELL_PATHS.has(url.pathname)) return;
-  if (req.mode === 'navigate') event.respondWith(networkFirst(req, url.pathname));
-  else event.respondWith(cacheFirst(req, url.pathname));
+  event.respondWith(networkFirst(req, url.pathname));
 });
 
-// Pages: the network first, so a new build shows at once when online; the cache when not.
+// Every shell file: the network first, so that a new build's page never runs with the
+// previous build's scripts (an ETag makes the check a 304); this build's cached copy when
+// the network fails, is too slow, or a proxy in front answers with an error page (a 5xx
+// from Caddy or `tailscale serve` while the gateway is down).
 async function networkFirst(req, path) {
   const cache = await caches.open(CACHE);
   try {
     const res = await withTimeout(fetch(req), NAVIGATION_TIMEOUT_MS);
     if (res.ok) await cache.put(path, res.clone());
+    if (res.status >= 500) {
+      const hit = await cache.match(path);
+      if (hit) return hit;
+    }
     return res;
   } catch (err) {
     const hit = await cache.match(path);
     if (hit) return hit;
     throw err;
   }
-}
-
-// Scripts, styles and icons: this version's copy; the file names carry no version, the
-// cache name does.
-async function cacheFirst(req, path) {
-  const cache = await caches.open(CACHE);
-  const hit = await cache.match(path);
-  if (hit) return hit;
-  const res = await fetch(req);
-  if (res.ok) await cache.put(path, res.clone());
-  return res;
 }
 
 function withTimeout(promise, ms) {
@@ -90,21 +85,40 @@ const KINDS = ['card', 'reply', 'deliver', 'test'];
  */
 function readPush(data) {
   let p = null;
+  let text = '';
   try {
     p = data ? data.json() : null;
   } catch {
-    p = null;
+    try {
+      text = data ? data.text().slice(0, 200) : ''; // a plain-text push: shown as it is
+    } catch { /* nothing readable */ }
   }
   if (!p || typeof p !== 'object' || Array.isArray(p)) p = {};
   const n = p.web_push === 8030 && p.notification && typeof p.notification === 'object' ? p.notification : p;
   const h = p.hermes && typeof p.hermes === 'object' ? p.hermes : {};
   const str = (v) => (typeof v === 'string' ? v : '');
+  const navigate = str(n.navigate);
+  // What to bring into view: the gateway says it in `hermes`; a sender that only gives a
+  // declarative `navigate` ending in #card=ID or #message=ID says it there.
+  let item = { kind: KINDS.includes(h.kind) ? h.kind : '', id: str(h.id) };
+  if (!item.id) item = itemOf(navigate) || item;
   return {
     title: str(n.title) || 'Hermes',
-    body: str(n.body) || (str(n.title) ? '' : 'Something new from Hermes.'),
+    body: str(n.body) || (str(n.title) ? '' : text || 'Something new from Hermes.'),
     tag: str(n.tag),
-    data: { kind: KINDS.includes(h.kind) ? h.kind : '', id: str(h.id), navigate: str(n.navigate) },
+    data: { ...item, navigate },
   };
+}
+
+// {kind, id} from an address ending in #card=ID or #message=ID, else null.
+function itemOf(address) {
+  const m = /#(card|message)=([^&#]+)$/.exec(address);
+  if (!m) return null;
+  try {
+    return { kind: m[1] === 'card' ? 'card' : 'reply', id: decodeURIComponent(m[2]) };
+  } catch {
+    return null;
+  }
 }
 
 self.addEventListener('push', (event) => {

@@ -259,6 +259,16 @@ def test_push_shows_a_notification(make_app, server):
     shown = push_and_read(page, cdp, reg_id, base, json.dumps({"title": "Plain", "body": "a top-level payload"}))
     assert [(n["title"], n["body"]) for n in shown] == [("Plain", "a top-level payload")], shown
 
+    # Another sender's declarative push says what it is about only in `navigate`: a tap
+    # brings that card into view all the same.
+    only_navigate = {"web_push": 8030, "notification": {"title": "T", "body": "B", "navigate": base + "/#card=p%202"}}
+    shown = push_and_read(page, cdp, reg_id, base, json.dumps(only_navigate))
+    assert shown[0]["data"] == {"kind": "card", "id": "p 2", "navigate": base + "/#card=p%202"}, shown
+
+    # Plain text is shown as it is.
+    shown = push_and_read(page, cdp, reg_id, base, "the build finished")
+    assert [(n["title"], n["body"]) for n in shown] == [("Hermes", "the build finished")], shown
+
     # Unreadable: still a notification (Safari revokes a subscription whose pushes show nothing).
     shown = push_and_read(page, cdp, reg_id, base, "\x00not json{")
     assert len(shown) == 1 and shown[0]["title"] == "Hermes" and shown[0]["body"], shown
@@ -431,8 +441,9 @@ def check_subscribe_frame(f, base):
 
 
 def turn_on(page):
-    page.locator("#push-button").click()
+    # Off, the control is on the chat screen by itself; the bell is for later.
     expect(page.locator("#push-panel")).to_be_visible()
+    expect(page.locator("#push-button")).to_be_hidden()
     page.get_by_role("button", name="Turn on notifications").click()
     expect(page.locator("#push-button")).to_have_attribute("data-state", "on")
     expect(page.locator("#push-state")).to_have_text("Notifications are on for this browser.")
@@ -475,7 +486,6 @@ def test_gateway_refusals_are_shown(make_app, server):
     route_push_gateway(page, recorded, refuse=("push_subscribe", "forbidden", "push service host not allowed"))
     app.pair_by_link()
     wait_controlled(page)
-    page.locator("#push-button").click()
     page.get_by_role("button", name="Turn on notifications").click()
     expect(page.locator("#notice")).to_have_text("Notifications: forbidden: push service host not allowed")
     expect(page.locator("#push-button")).to_have_attribute("data-state", "off")
@@ -550,14 +560,26 @@ def test_why_notifications_are_not_available(make_app, server, case, init, conte
         page.add_init_script(init)
     route_push_gateway(page, [], vapid=None if case == "gateway-without-push" else FAKE_VAPID)
     app.pair_by_link()
-    page.locator("#push-button").click()
     expect(page.locator("#push-button")).to_have_attribute("data-state", "unavailable")
+    # Said on the chat screen, without opening anything.
     state = page.locator("#push-state")
+    expect(state).to_be_visible()
     expect(state).to_contain_text(sentence)
     text = state.text_content()
     assert text.count(". ") == 0 and text.endswith("."), f"not one sentence: {text!r}"
     expect(page.get_by_role("button", name="Turn on notifications")).to_be_hidden()
-    expect(page.get_by_role("button", name=re.compile("Notifications: not available"))).to_be_visible()
+    # Put away, it stays away (the bell brings it back), also after a reload.
+    page.get_by_role("button", name="Not now").click()
+    expect(state).to_be_hidden()
+    bell = page.get_by_role("button", name=re.compile("Notifications: not available"))
+    expect(bell).to_be_visible()
+    page.reload()
+    app.expect_online()
+    expect(bell).to_be_visible()
+    expect(state).to_be_hidden()
+    bell.click()
+    expect(state).to_contain_text(sentence)
+    expect(bell).to_be_hidden()
 
 
 # -- (g) back from the background ------------------------------------------------------------
