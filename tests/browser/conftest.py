@@ -55,8 +55,9 @@ class Gateway:
     """The release binary, started and stopped by its pid; restartable on the same port
     and state directory."""
 
-    def __init__(self, port=None, state_dir=None):
+    def __init__(self, port=None, state_dir=None, extra_env=None):
         self.port = port or free_port()
+        self.extra_env = dict(extra_env or {})  # more settings, e.g. MOBILE_AGENT
         self._tmp = None
         if state_dir is None:
             self._tmp = tempfile.mkdtemp(prefix="hermes-browser-")
@@ -85,6 +86,7 @@ class Gateway:
         )
         if os.environ.get("WEB_DIR"):
             env["MOBILE_WEB_DIR"] = os.environ["WEB_DIR"]
+        env.update(self.extra_env)
         self.starts += 1
         log = open(self.log_path, "ab")
         log.write(f"---- start {self.starts}\n".encode())
@@ -134,10 +136,10 @@ class Gateway:
             shutil.rmtree(self._tmp, ignore_errors=True)
 
 
-def _start_gateway():
+def _start_gateway(**kwargs):
     if not GATEWAY.is_file() or not os.access(GATEWAY, os.X_OK):
         pytest.exit(f"no gateway binary at {GATEWAY}: build it first with `cargo build --release`", returncode=2)
-    g = Gateway()
+    g = Gateway(**kwargs)
     g.start()
     return g
 
