@@ -376,7 +376,7 @@ fn agent_ws(server: &Server) -> Client {
     stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     let url = format!("ws://127.0.0.1:{}/agent", server.port);
     let (ws, _) = tungstenite::client(url, stream).expect("websocket handshake");
-    Client { ws }
+    Client::agent_protocol(ws)
 }
 
 #[test]

@@ -242,6 +242,13 @@ fn core_config(given: &Given, token: &str) -> Result<Config, String> {
     if core.chunk_limit == 0 {
         return Err("MOBILE_CHUNK_LIMIT must be at least 1".into());
     }
+    if core.chunk_limit > hermes_mobile::limits::MAX_TEXT_CHARS {
+        // A frame's text is at most MAX_TEXT_CHARS (docs/protocol-v1.schema.json, L48).
+        return Err(format!(
+            "MOBILE_CHUNK_LIMIT must be at most {}",
+            hermes_mobile::limits::MAX_TEXT_CHARS
+        ));
+    }
     core.hello_timeout = seconds("MOBILE_HELLO_TIMEOUT", given.value("--hello-timeout"))?;
     core.typing_idle = seconds("MOBILE_TYPING_IDLE", given.value("--typing-idle"))?;
     Ok(core)

@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::{Message, WebSocket};
 
+pub mod schema;
+
 pub const TOKEN: &str = "test-app-token-7f3a9c";
 
 pub struct Server {
@@ -151,6 +153,9 @@ impl Drop for Server {
 
 pub struct Client {
     pub ws: WebSocket<TcpStream>,
+    /// Protocol v1 frames, checked against the schema both ways; false for an `/agent`
+    /// connection, which speaks the agent protocol (docs/agent-protocol.md).
+    checked: bool,
 }
 
 impl Client {
@@ -170,10 +175,26 @@ impl Client {
             );
         }
         let (ws, _) = tungstenite::client(request, stream).expect("websocket handshake");
-        Client { ws }
+        Client { ws, checked: true }
     }
 
+    /// A WebSocket that does not speak Protocol v1 (the `/agent` route).
+    pub fn agent_protocol(ws: WebSocket<TcpStream>) -> Client {
+        Client { ws, checked: false }
+    }
+
+    /// Sends a frame that a well-behaved client could send: it must match the protocol's
+    /// schema (docs/protocol-v1.schema.json, `$defs/ClientFrame`).
     pub fn send(&mut self, v: Value) {
+        if self.checked {
+            schema::check_client_frame(&v);
+        }
+        self.send_unchecked(v);
+    }
+
+    /// Sends a frame that is outside the schema on purpose (a test of how the gateway
+    /// takes bad or lenient input: a missing field, an id over 128 characters, …).
+    pub fn send_unchecked(&mut self, v: Value) {
         self.ws.send(Message::Text(v.to_string().into())).expect("send");
     }
 
@@ -181,7 +202,13 @@ impl Client {
     pub fn next(&mut self) -> Result<Value, Option<(u16, String)>> {
         loop {
             match self.ws.read() {
-                Ok(Message::Text(t)) => return Ok(serde_json::from_str(t.as_str()).expect("server sends JSON")),
+                Ok(Message::Text(t)) => {
+                    let frame: Value = serde_json::from_str(t.as_str()).expect("server sends JSON");
+                    if self.checked {
+                        schema::check_server_frame(&frame);
+                    }
+                    return Ok(frame);
+                }
                 Ok(Message::Close(frame)) => {
                     return Err(frame.map(|f| (u16::from(f.code), f.reason.to_string())));
                 }
