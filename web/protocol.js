@@ -1,5 +1,7 @@
 // Protocol v1 client for hermes-mobile. No DOM: it needs WebSocket, EventTarget, CustomEvent,
-// crypto.getRandomValues, Blob and timers, so it runs in a page, a worker or a WebView.
+// crypto.getRandomValues, Blob and timers, so it runs in a page, a worker, a WebView or Node.
+// sdk/typescript/protocol.js is a byte-for-byte copy (the npm package hermes-mobile-client):
+// edit this file, then run `npm run sync` there.
 // The API and every event are documented in docs/web-client.md. Rule ids (G1, M2, U1, …) are
 // those of the protocol's decisions.md.
 
@@ -181,6 +183,9 @@ export class HermesClient extends EventTarget {
       wakeCheckMs: opts.wakeCheckMs ?? 5000,
       WebSocket: opts.WebSocket || globalThis.WebSocket,
     };
+    // Fail here, not in a retry loop: Node before 22 has no global WebSocket and no location.
+    if (!this.opts.WebSocket) throw new HermesError('bad_config', 'no WebSocket: pass options.WebSocket (in Node < 22, the ws package)');
+    if (!this.opts.url) defaultUrl();
     // {document, window} whose events wake the client; false for none.
     this._lifecycle = opts.lifecycle === undefined ? defaultLifecycle() : opts.lifecycle || null;
     this._unwatch = null;

@@ -1,0 +1,116 @@
+// Type-level checks of index.d.ts and frames.d.ts under Node's types (no DOM lib): compiled by
+// `tsc --noEmit --strict` (scripts/typecheck.mjs), never run.
+import {
+  HermesClient,
+  HermesError,
+  MAX_TEXT_CHARS,
+  PROMPT_OPTIONS,
+  base64UrlToBytes,
+  bytesToBase64Url,
+  charCount,
+  kindFromMime,
+  newDeviceId,
+  newId,
+  validateCard,
+  type ClientFrame,
+  type ClientFrameMap,
+  type ConnectionState,
+  type HermesClientEventMap,
+  type MessageDetail,
+  type PromptCard,
+  type ServerFrame,
+  type ServerFrameMap,
+  type ServerPushSubscribed,
+  type UploadKind,
+} from 'hermes-mobile-client';
+import type { ServerMessage } from 'hermes-mobile-client/frames';
+
+type Equal<A, B> = (<T>() => T extends A ? 1 : 2) extends <T>() => T extends B ? 1 : 2 ? true : false;
+function expectType<T extends true>(_ok: T): void {}
+
+// A fake WebSocket class is accepted structurally.
+class FakeSocket {
+  readyState = 0;
+  bufferedAmount = 0;
+  binaryType = 'blob';
+  onopen: ((e: unknown) => void) | null = null;
+  onmessage: ((e: { data: unknown }) => void) | null = null;
+  onclose: ((e: { code: number; reason: string }) => void) | null = null;
+  onerror: ((e: unknown) => void) | null = null;
+  constructor(readonly url: string) {}
+  send(_data: string): void {}
+  close(): void {}
+}
+
+const client = new HermesClient({ token: 't'.repeat(16), url: 'ws://127.0.0.1:1/ws', WebSocket: FakeSocket, lifecycle: false });
+// Node 22's global WebSocket (@types/node) fits too.
+new HermesClient({ token: 'x', url: 'ws://h/ws', WebSocket: globalThis.WebSocket });
+
+client.addEventListener('message', (e) => {
+  expectType<Equal<typeof e.detail, MessageDetail>>(true);
+  const final: boolean = e.detail.final;
+  void final;
+});
+client.addEventListener('status', (e) => {
+  const s: ConnectionState = e.detail.state;
+  if (s === 'noaccess') {
+    const code: 'auth_failed' | 'forbidden' | undefined = e.detail.code;
+    void code;
+  }
+});
+client.addEventListener('prompt', ({ detail: { card, repeat } }) => {
+  if (!repeat && card.state === 'open') client.answer(card.id, card.options[0]!.id);
+});
+client.addEventListener('media', async (e) => {
+  if (e.detail.blob) {
+    const bytes = new Uint8Array(await e.detail.blob.arrayBuffer());
+    void bytes;
+  }
+});
+client.addEventListener('frame', (e) => {
+  const f: ServerFrame = e.detail.frame;
+  if (f.t === 'message') {
+    expectType<Equal<typeof f, ServerMessage>>(true);
+    const total: number = f.chunk.total;
+    void total;
+  }
+});
+client.addEventListener('uploadprogress', (e) => void e.detail.percent);
+client.addEventListener('error', (e) => void (e.detail.request satisfies 'push_subscribe' | 'push_unsubscribe' | 'push_test' | undefined));
+// @ts-expect-error: not an event of HermesClient
+client.addEventListener('nope', () => {});
+
+const id: string = client.sendText('hello');
+client.sendFile(new Blob([new Uint8Array(3)]), { filename: 'a.bin', onProgress: (p) => void p.loaded });
+client.sendAudio(new Uint8Array(10), { format: 'wav' });
+// @ts-expect-error: only wav or ogg
+client.sendAudio(new Uint8Array(10), { format: 'mp3' });
+const subscribed: Promise<ServerPushSubscribed> = client.pushSubscribe({ endpoint: 'https://fcm.googleapis.com/fcm/send/x', keys: { p256dh: new Uint8Array(65), auth: 'AAAAAAAAAAAAAAAAAAAAAA' } });
+void subscribed;
+const cards: Map<string, PromptCard> = client.prompts;
+const pending: string[] = client.pending;
+// @ts-expect-error: state is read-only
+client.state = 'online';
+void [id, cards, pending, client.online, client.replaced, client.webPushKey, client.capabilities.max_text_chars, client.ready?.session];
+
+try {
+  client.answer('p-1', 'once');
+} catch (err) {
+  if (err instanceof HermesError) void err.code;
+}
+
+const kind: UploadKind = kindFromMime('image/png');
+const n: number = charCount('héllo') + MAX_TEXT_CHARS;
+const card: PromptCard | null = validateCard({ t: 'prompt' });
+const opts: readonly string[] = PROMPT_OPTIONS.exec_approval;
+const bytes: Uint8Array = base64UrlToBytes(bytesToBase64Url(new Uint8Array(2)));
+void [kind, n, card, opts, bytes, newDeviceId(), newId('x')];
+
+// Frames: the generated types.
+const hello: ClientFrame = { t: 'hello', token: 'secret', device: { id: 'phone-1' } };
+const answer: ClientFrameMap['prompt'] = { t: 'prompt', prompt_id: 'p-1', option_id: 'once' };
+// @ts-expect-error: an answer needs option_id or text
+const empty: ClientFrameMap['prompt'] = { t: 'prompt', prompt_id: 'p-1' };
+const types: Array<keyof ServerFrameMap> = ['ready', 'message', 'push_subscribed'];
+const events: Array<keyof HermesClientEventMap> = ['status', 'promptdone', 'mediaprogress'];
+void [hello, answer, empty, types, events];
