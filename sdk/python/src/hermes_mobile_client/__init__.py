@@ -1,0 +1,103 @@
+"""hermes_mobile_client: an asyncio client for hermes-mobile's Protocol v1.
+
+    from hermes_mobile_client import connect, Message
+
+    async with connect("ws://127.0.0.1:8787/ws", token=TOKEN, device_id="py-1") as client:
+        client.send_text("hello")
+        async for event in client:
+            if isinstance(event, Message) and event.final:
+                print(event.text)
+                break
+
+See the README for the events, the methods and the reconnect and id rules.
+"""
+
+from ._util import (
+    MAX_AUDIO_BYTES,
+    MAX_FRAME_BYTES,
+    MAX_MEDIA_BYTES,
+    MAX_MEDIA_PARTS,
+    MAX_TEXT_CHARS,
+    MEDIA_CHUNK_BYTES,
+    PROTOCOL_VERSION,
+    UPLOAD_PART_BYTES,
+    guess_mime,
+    new_device_id,
+    new_id,
+    sanitize_filename,
+)
+from .client import (
+    Client,
+    FrameHook,
+    MessageId,
+    ProgressCallback,
+    __version__,
+    add_frame_hook,
+    connect,
+    remove_frame_hook,
+    validate_card,
+)
+from .events import (
+    Avatar,
+    Card,
+    CardDone,
+    CardOption,
+    Confirmed,
+    Delivered,
+    Error,
+    Event,
+    HermesError,
+    Invalid,
+    Media,
+    MediaProgress,
+    Message,
+    Ready,
+    Rejected,
+    Status,
+    Typing,
+    Unsent,
+    UploadProgress,
+)
+
+__all__ = [
+    "MAX_AUDIO_BYTES",
+    "MAX_FRAME_BYTES",
+    "MAX_MEDIA_BYTES",
+    "MAX_MEDIA_PARTS",
+    "MAX_TEXT_CHARS",
+    "MEDIA_CHUNK_BYTES",
+    "PROTOCOL_VERSION",
+    "UPLOAD_PART_BYTES",
+    "Avatar",
+    "Card",
+    "CardDone",
+    "CardOption",
+    "Client",
+    "Confirmed",
+    "Delivered",
+    "Error",
+    "Event",
+    "FrameHook",
+    "HermesError",
+    "Invalid",
+    "Media",
+    "MediaProgress",
+    "Message",
+    "MessageId",
+    "ProgressCallback",
+    "Ready",
+    "Rejected",
+    "Status",
+    "Typing",
+    "Unsent",
+    "UploadProgress",
+    "__version__",
+    "add_frame_hook",
+    "connect",
+    "guess_mime",
+    "new_device_id",
+    "new_id",
+    "remove_frame_hook",
+    "sanitize_filename",
+    "validate_card",
+]

@@ -1,0 +1,251 @@
+"""The events a client yields (`async for event in client`), as typed dataclasses, and the
+error type its methods raise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeAlias
+
+
+class HermesError(Exception):
+    """An error with a protocol-style `code`: the gateway's (`auth_failed`, `forbidden`,
+    `device_offline`, `bad_frame`, `too_big`, …) or the client's own (`offline`, `timeout`,
+    `closed`, `replaced`, `unsent`, `prompt_closed`, `bad_config`)."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message or code
+
+
+@dataclass(frozen=True)
+class Status:
+    """The connection changed state.
+
+    `state` is one of:
+      - `connecting` (`attempt` counts the tries since the last `online`),
+      - `online` (after `ready`),
+      - `offline` (dropped; `retry_in` seconds until the next try, `None` when the client
+        does not reconnect by itself; `reason` says why),
+      - `noaccess` (`code` is `auth_failed` or `forbidden`: the token or the device binding
+        is wrong; the client stops and never retries),
+      - `replaced` (another connection took this device id over, H5; the client stops; only
+        `reconnect()` takes the device back),
+      - `closed` (`close()` was called).
+    """
+
+    state: str
+    reason: str = ""
+    code: str = ""
+    attempt: int = 0
+    retry_in: float | None = None
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The handshake is done: the gateway's `ready` frame."""
+
+    v: int
+    session: str
+    device_id: str
+    device_name: str
+    avatar_url: str
+    capabilities: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Message:
+    """An agent message, whole: the chunks of a version joined (M1) and the latest version
+    of a streamed message (M2). One event per complete version; `final` on the last one.
+    `key` is `id`, or `id#n` when an id comes again after its message was final."""
+
+    id: str
+    text: str
+    final: bool
+    edit: bool = False
+    version: int = 1
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class MediaProgress:
+    """A chunk of an incoming file arrived (`got` of `parts`, `received` bytes of `size`)."""
+
+    id: str
+    filename: str
+    received: int
+    size: int
+    part: int
+    parts: int
+    got: int
+
+
+@dataclass(frozen=True)
+class Media:
+    """An incoming file, reassembled from its chunks. `data` holds its bytes, unless the
+    client was given a `media_dir`: then it is saved there and `path` names the file (and
+    `data` is None). A file sent as a link has `url` and neither."""
+
+    id: str
+    kind: str
+    mime: str
+    filename: str
+    size: int
+    caption: str = ""
+    reply_to: str | None = None
+    data: bytes | None = field(default=None, repr=False)
+    path: Path | None = None
+    url: str | None = None
+
+    def read(self) -> bytes:
+        """The file's bytes, from `data` or from the saved `path`."""
+        if self.data is not None:
+            return self.data
+        if self.path is not None:
+            return self.path.read_bytes()
+        raise HermesError("no_data", "this media is a link; fetch its url")
+
+
+@dataclass(frozen=True)
+class CardOption:
+    id: str
+    label: str
+    style: str = ""  # "primary", "danger" or ""
+
+
+@dataclass
+class Card:
+    """A card with buttons (`prompt`): answer it with `client.answer(card, option)`.
+
+    `kind` is `exec_approval`, `slash_confirm` or `clarify`; `command` and `description`
+    are set for `exec_approval`. `expires_at` is a `time.time()` value. `state` is `open`,
+    `done` or `expired`, kept up to date by the client. `repeat` is true when an open card
+    is sent again after a reconnect (H5)."""
+
+    id: str
+    kind: str
+    text: str
+    options: tuple[CardOption, ...]
+    command: str = ""
+    description: str = ""
+    session: str = ""
+    timeout_seconds: int = 300
+    expires_at: float = 0.0
+    state: str = "open"
+    repeat: bool = False
+
+    def option(self, option_id: str) -> CardOption | None:
+        return next((o for o in self.options if o.id == option_id.lower()), None)
+
+
+@dataclass(frozen=True)
+class CardDone:
+    """A card closed: answered (`option_id`, the option the gateway applied, and its
+    `label`) or `expired`."""
+
+    id: str
+    option_id: str | None
+    expired: bool
+    label: str | None = None
+    card: Card | None = None
+
+
+@dataclass(frozen=True)
+class Avatar:
+    state: str  # idle, thinking or speaking
+
+
+@dataclass(frozen=True)
+class Typing:
+    active: bool  # False on typing{stop} and when the connection ends
+
+
+@dataclass(frozen=True)
+class Error:
+    """An `error` frame from the gateway. `id` is the offending frame's (G9); `prompt_id`
+    when it answered a card; `request` (e.g. `deliver`, `push_subscribe`) when it answered
+    a request, whose call also raises it. `fatal`: the connection closes after it."""
+
+    code: str
+    message: str
+    fatal: bool
+    id: str | None = None
+    prompt_id: str | None = None
+    request: str | None = None
+
+
+@dataclass(frozen=True)
+class UploadProgress:
+    """Progress of a file being sent; `percent` reaches 100 only once the gateway has
+    confirmed the file."""
+
+    id: str
+    loaded: int
+    total: int
+    percent: int
+
+
+@dataclass(frozen=True)
+class Confirmed:
+    """The gateway has read a message (text, audio, file, card answer)."""
+
+    id: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """The gateway refused a message with a non-fatal error naming it; it is not re-sent."""
+
+    id: str
+    type: str
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Unsent:
+    """A message sent on a connection that died, unconfirmed and older than the re-send
+    window: given up."""
+
+    id: str
+    type: str
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A frame that is not JSON, not an object, or a message/media/card that does not
+    validate. It is otherwise ignored."""
+
+    reason: str
+    frame: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """The answer to `deliver()`: the device it reached; `held` when the device was
+    offline and is notified by push instead (L45)."""
+
+    id: str
+    device: str
+    held: bool = False
+
+
+Event: TypeAlias = (
+    Status
+    | Ready
+    | Message
+    | MediaProgress
+    | Media
+    | Card
+    | CardDone
+    | Avatar
+    | Typing
+    | Error
+    | UploadProgress
+    | Confirmed
+    | Rejected
+    | Unsent
+    | Invalid
+)
