@@ -11,6 +11,20 @@ pub fn truncate_chars(s: &str, max: usize) -> &str {
     }
 }
 
+/// A file name of at most `max` characters (decisions G8), its extension kept when it is
+/// short (at most 16 characters, dot included): `report.pdf` stays a PDF however long it was.
+pub fn cut_filename(name: &str, max: usize) -> Cow<'_, str> {
+    if !exceeds_chars(name, max) {
+        return Cow::Borrowed(name);
+    }
+    let ext = match name.rfind('.') {
+        Some(dot) if dot > 0 && name[dot..].chars().count() <= 16.min(max) => &name[dot..],
+        _ => "",
+    };
+    let stem = truncate_chars(name, max - ext.chars().count());
+    Cow::Owned(format!("{stem}{ext}"))
+}
+
 /// Whether `s` has more than `max` characters, without counting past `max + 1`.
 pub fn exceeds_chars(s: &str, max: usize) -> bool {
     // A string of at most `max` bytes has at most `max` characters: the common case is free.

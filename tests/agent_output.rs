@@ -207,6 +207,28 @@ fn unknown_avatar_states_are_sent_as_idle() {
 }
 
 #[test]
+fn an_agents_long_file_name_and_caption_are_cut_as_a_clients_would_be() {
+    // decisions G8 (200 characters for a file name, the extension kept; 12,000 for a
+    // caption), so the frame stays inside docs/protocol-v1.schema.json (L48); an empty
+    // reply_to is no reply_to.
+    let mut h = Harness::new();
+    let conn = h.connect("tel-1");
+    let mut f = file(10);
+    f.filename = format!("{}.pdf", "é".repeat(300));
+    f.caption = Some("c".repeat(12_005));
+    f.reply_to = Some(String::new());
+    h.agent(AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: f,
+    });
+    let media = only(h.take(conn), "media");
+    let m = &media[0];
+    assert_eq!(m["filename"].as_str().unwrap(), format!("{}.pdf", "é".repeat(196)));
+    assert_eq!(m["caption"].as_str().unwrap().chars().count(), 12_000);
+    assert!(m.get("reply_to").is_none(), "{}", m["reply_to"]);
+}
+
+#[test]
 fn files_go_down_in_3_mib_raw_chunks() {
     // decisions U1
     let mut h = Harness::new();

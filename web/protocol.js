@@ -99,6 +99,24 @@ function keyToBase64Url(k) {
 }
 
 const lower = (v) => (typeof v === 'string' ? v.toLowerCase() : ''); // G2
+
+// A caller's own id: 1 to 128 characters (G8: the gateway would cut a longer one, and its
+// answers would then name an id the caller never gave). Undefined or '' for a new id.
+function checkId(id) {
+  if (id === undefined || id === null || id === '') return '';
+  if (typeof id !== 'string' || charCount(id) > 128) throw new HermesError('bad_frame', 'an id must be 1 to 128 characters');
+  return id;
+}
+
+// At most 200 characters (G8), the extension kept: what the gateway would keep anyway.
+function cutFilename(name) {
+  const chars = Array.from(name);
+  if (chars.length <= 200) return name;
+  const dot = name.lastIndexOf('.');
+  const ext = dot > 0 ? Array.from(name.slice(dot)) : [];
+  const keep = ext.length > 0 && ext.length <= 16 ? ext : [];
+  return chars.slice(0, 200 - keep.length).join('') + keep.join('');
+}
 const isBlank = (s) => typeof s !== 'string' || s.trim() === '';
 
 /**
@@ -860,7 +878,7 @@ export class HermesClient extends EventTarget {
   sendText(text, { id } = {}) {
     if (isBlank(text)) throw new HermesError('bad_frame', 'text is empty');
     if (charCount(text) > this.maxTextChars) throw new HermesError('too_big', `text is over ${this.maxTextChars} characters`);
-    id = id || newId('m');
+    id = checkId(id) || newId('m');
     return this._queue({ id, type: 'text', frame: { t: 'text', id, text } });
   }
 
@@ -878,8 +896,8 @@ export class HermesClient extends EventTarget {
     if (!UPLOAD_KINDS.includes(kind)) throw new HermesError('unsupported_frame', 'kind must be image, video, document or audio');
     const caption = typeof opts.caption === 'string' && !isBlank(opts.caption) ? opts.caption : '';
     if (caption && charCount(caption) > this.maxTextChars) throw new HermesError('too_big', 'caption is too long');
-    const filename = String(opts.filename ?? blob.name ?? 'file');
-    const id = opts.id || newId('f');
+    const filename = cutFilename(String(opts.filename ?? blob.name ?? 'file'));
+    const id = checkId(opts.id) || newId('f');
     return this._queue({ id, type: 'media', blob, size: blob.size, kind, mime, filename, caption, onProgress: opts.onProgress });
   }
 
@@ -891,7 +909,7 @@ export class HermesClient extends EventTarget {
     format = lower(format);
     if (format !== 'wav' && format !== 'ogg') throw new HermesError('unsupported_frame', 'format must be wav or ogg');
     if (!isBlank(text) && charCount(text) > this.maxTextChars) throw new HermesError('too_big', 'text is too long');
-    id = id || newId('a');
+    id = checkId(id) || newId('a');
     return this._queue({ id, type: 'audio', blob, format, text: isBlank(text) ? '' : text });
   }
 

@@ -137,7 +137,7 @@ export type ClientPrompt = {
   option_id: string;
 } | {
   /** @minLength 1 */
-  text: Text;
+  text: string;
 });
 
 /** The user is typing. */
@@ -172,14 +172,10 @@ export type ClientDeliver = {
     data: Base64;
   };
 } & ({
-  text: Text;
+  /** @minLength 1 */
+  text: string;
 } | {
-  media: {
-    kind: DownloadKind;
-    mime?: string;
-    filename?: Filename;
-    data: Base64;
-  };
+  media: Record<string, unknown>;
 });
 
 /** Registers this device's Web Push subscription (docs/push.md). */
@@ -310,7 +306,7 @@ export interface ServerPrompt {
 /** A card is closed: answered (option_id) or expired. */
 export interface ServerPromptDone {
   t: "prompt_done";
-  id: Id;
+  id: EchoedId;
   option_id?: string;
   expired?: boolean;
 }
@@ -346,7 +342,7 @@ export interface ServerError {
 /** A deliver went to the device (or is held for it: held, docs/push.md). */
 export interface ServerDelivered {
   t: "delivered";
-  id: Id;
+  id: EchoedId;
   device: string;
   held?: boolean;
 }
@@ -354,19 +350,19 @@ export interface ServerDelivered {
 /** The answer to the push frame with this id. */
 export interface ServerPushSubscribed {
   t: "push_subscribed";
-  id: Id;
+  id: EchoedId;
 }
 
 /** The answer to the push frame with this id. */
 export interface ServerPushUnsubscribed {
   t: "push_unsubscribed";
-  id: Id;
+  id: EchoedId;
 }
 
 /** The answer to the push frame with this id. */
 export interface ServerPushSent {
   t: "push_sent";
-  id: Id;
+  id: EchoedId;
 }
 
 /**
@@ -375,6 +371,12 @@ export interface ServerPushSent {
  * @maxLength 128
  */
 export type Id = string;
+
+/**
+ * The id of the client frame answered, as the gateway kept it (cut to 128 characters, G8; possibly empty if the client sent it empty).
+ * @maxLength 128
+ */
+export type EchoedId = string;
 
 /**
  * Text of at most 12,000 characters (MAX_TEXT_CHARS; Unicode scalar values, G1).

@@ -106,6 +106,14 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     if a.text.is_none() && a.file.is_none() {
         return Err("nothing to send: give --text and/or --file".into());
     }
+    // The gateway cuts a longer id (G8) and answers with the cut one, which this command
+    // would never recognise as its answer.
+    if a.id
+        .as_ref()
+        .is_some_and(|id| id.is_empty() || id.chars().count() > 128)
+    {
+        return Err("--id must be 1 to 128 characters".into());
+    }
     Ok(a)
 }
 

@@ -44,6 +44,29 @@ fn matched_types(file: &str, after: &str) -> BTreeSet<String> {
         .collect()
 }
 
+/// Every `t` the core encodes (`encode("tag", …)`, in any file of src/).
+fn encoded_types() -> BTreeSet<String> {
+    fn walk(dir: &Path, out: &mut BTreeSet<String>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                for (at, _) in text.match_indices("encode(") {
+                    let rest = text[at + "encode(".len()..].trim_start();
+                    if let Some((tag, _)) = rest.strip_prefix('"').and_then(|r| r.split_once('"')) {
+                        out.insert(tag.to_owned());
+                    }
+                }
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../src"), &mut out);
+    out
+}
+
 #[test]
 fn the_schema_names_every_frame_the_gateway_reads_and_writes() {
     let reads = matched_types("src/wire/client.rs", "fn validate<'a>(raw: &RawFrame<'a>)");
@@ -58,6 +81,13 @@ fn the_schema_names_every_frame_the_gateway_reads_and_writes() {
         schema_types("ServerFrame"),
         writes,
         "$defs/ServerFrame vs the frames src/wire/server.rs writes"
+    );
+    let encoded = encoded_types();
+    assert!(encoded.len() >= 10, "{encoded:?}");
+    let unnamed: Vec<_> = encoded.difference(&writes).collect();
+    assert!(
+        unnamed.is_empty(),
+        "the core encodes frames the schema does not name: {unnamed:?}"
     );
     // The root takes a frame of either direction, one entry per type.
     let root = validator("ClientFrame");

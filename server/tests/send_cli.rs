@@ -82,6 +82,15 @@ fn wrong_token_exits_4_and_usage_errors_exit_2() {
     assert!(err.contains("auth_failed"));
     let (code, _, _) = send(&server, &["--to", "tel-1"], &[("MOBILE_TOKEN", TOKEN)]);
     assert_eq!(code, 2, "nothing to send");
+    // An id the gateway would cut (G8) could never be matched to its answer.
+    let long = "i".repeat(129);
+    let (code, _, err) = send(
+        &server,
+        &["--to", "tel-1", "--text", "hi", "--id", &long],
+        &[("MOBILE_TOKEN", TOKEN)],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--id must be 1 to 128 characters"), "{err}");
 }
 
 #[test]

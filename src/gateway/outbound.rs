@@ -10,12 +10,13 @@ use crate::chunking::split_reply;
 use crate::hold::Held;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
 use crate::limits::{
-    MAX_ID_CHARS, MAX_MEDIA_BYTES, MAX_OPEN_PROMPTS, MAX_OPEN_PROMPTS_PER_DEVICE, MAX_PROMPT_TTL_SECS,
-    MEDIA_CHUNK_BYTES,
+    MAX_FILENAME_CHARS, MAX_ID_CHARS, MAX_MEDIA_BYTES, MAX_OPEN_PROMPTS, MAX_OPEN_PROMPTS_PER_DEVICE,
+    MAX_PROMPT_TTL_SECS, MAX_TEXT_CHARS, MEDIA_CHUNK_BYTES,
 };
 use crate::mime::guess_mime;
 use crate::prompts::{Card, Closed};
 use crate::push::{preview, NotifyEvent};
+use crate::text::{cut_filename, truncate_chars};
 use crate::time::Time;
 use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Typing};
 
@@ -350,6 +351,11 @@ impl Gateway {
             file.data.chunks(MEDIA_CHUNK_BYTES).collect()
         };
         let parts = chunks.len() as u32;
+        // What an agent names is cut as a client's would be (G8), so that every frame stays
+        // inside the protocol's limits (docs/protocol-v1.schema.json, L48).
+        let filename = cut_filename(&file.filename, MAX_FILENAME_CHARS);
+        let caption = file.caption.as_deref().map(|c| truncate_chars(c, MAX_TEXT_CHARS));
+        let reply_to = file.reply_to.as_deref().filter(|r| !r.is_empty());
         chunks
             .into_iter()
             .enumerate()
@@ -361,15 +367,15 @@ impl Gateway {
                         id: Cow::Borrowed(id),
                         kind: Cow::Borrowed(file.kind.as_str()),
                         mime: Cow::Borrowed(mime),
-                        filename: Cow::Borrowed(&file.filename),
-                        caption: file.caption.as_deref().map(Cow::Borrowed),
+                        filename: Cow::Borrowed(&filename),
+                        caption: caption.map(Cow::Borrowed),
                         part,
                         parts,
                         is_final: part + 1 == parts,
                         size: file.data.len() as u64,
                         data: Some(Payload::Raw(data)),
                         url: None,
-                        reply_to: file.reply_to.as_deref().map(Cow::Borrowed),
+                        reply_to: reply_to.map(Cow::Borrowed),
                     },
                 )
             })

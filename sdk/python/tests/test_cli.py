@@ -65,6 +65,7 @@ def test_send_exit_codes_match_hermes_mobile_send(gateway: Gateway, tmp_path: Pa
                 (2, [*base, "--token", DELIVER_TOKEN, "--to", phone.device_id]),
                 (2, [*base, "--token", DELIVER_TOKEN, "--to", "x", "--text", "hi", "--timeout", "0"]),
                 (2, [*base, "--token", DELIVER_TOKEN, "--text", "hi", "--bogus"]),
+                (2, [*base, "--token", DELIVER_TOKEN, "--to", "x", "--text", "hi", "--id", "i" * 129]),
                 (3, [*base, "--token", DELIVER_TOKEN, "--to", "mobile:" + device("away"), "--text", "hi"]),
                 (4, [*base, "--token", "not-the-token-0123456789", "--to", phone.device_id, "--text", "hi"]),
                 (5, [*base, "--token", DELIVER_TOKEN, "--to", "", "--text", "no home device"]),

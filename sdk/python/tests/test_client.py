@@ -192,6 +192,16 @@ def test_an_upload_with_progress_is_echoed_back_byte_equal(gateway: Gateway) -> 
     assert progress[-1].loaded == progress[-1].total == len(data)
 
 
+def test_a_file_name_over_200_characters_is_cut_with_its_extension(gateway: Gateway) -> None:
+    async def scenario() -> None:
+        async with client(gateway, "longname") as c:
+            mid = c.send_file(b"abc", filename="n" * 300 + ".bin")  # G8; the frame stays in the schema
+            back = await c.wait_for(Media, where=lambda m: m.reply_to == mid, timeout=15)
+            assert back.filename == "n" * 196 + ".bin"
+
+    run(scenario())
+
+
 def test_a_download_in_chunks_is_reassembled_and_saved(gateway: Gateway, tmp_path: Path) -> None:
     size = 4_000_000  # over 3 MiB: two chunks (U1)
 

@@ -75,3 +75,15 @@ test('a 4 MB download arrives in chunks and is reassembled', async () => {
     if (got[i] !== i % 251) assert.fail(`byte ${i} is ${got[i]}, not ${i % 251}`);
   }
 });
+
+test('a name over 200 characters is cut to 200 with its extension (G8); an id over 128 is refused', async () => {
+  const long = 'n'.repeat(300) + '.bin';
+  let id = null;
+  const echo = waitFor(client, 'media', (d) => d.replyTo !== null && d.replyTo === id, 10000);
+  id = client.sendFile(new Blob([new Uint8Array([1, 2, 3])]), { filename: long });
+  const media = await echo; // what was sent is checked against the schema in after()
+  assert.equal(media.filename, 'n'.repeat(196) + '.bin');
+  assert.throws(() => client.sendFile(new Blob([new Uint8Array([1])]), { id: 'f'.repeat(129) }), (e) => e.code === 'bad_frame');
+  assert.throws(() => client.sendText('hi', { id: 'm'.repeat(129) }), (e) => e.code === 'bad_frame');
+  assert.throws(() => client.sendAudio(new Uint8Array([1]), { id: 'a'.repeat(129) }), (e) => e.code === 'bad_frame');
+});

@@ -19,9 +19,10 @@ export const WS = requireDev('ws').WebSocket;
 // assertFramesValid().
 const schemaPath = resolve(packageDir, '../../docs/protocol-v1.schema.json');
 const validators = (() => {
-  if (!existsSync(schemaPath)) return null;
+  if (!existsSync(schemaPath)) throw new Error(`no schema at ${schemaPath}`);
   const Ajv2020 = requireDev('ajv/dist/2020').default;
-  const ajv = new Ajv2020({ strict: false, allErrors: true, validateFormats: false });
+  // strict: the schema must also compile for a user who turns Ajv's strict mode on.
+  const ajv = new Ajv2020({ strict: true, allErrors: true, validateFormats: false });
   const schema = JSON.parse(readFileSync(schemaPath, 'utf8'));
   ajv.addSchema(schema);
   return { client: ajv.getSchema(`${schema.$id}#/$defs/ClientFrame`), server: ajv.getSchema(`${schema.$id}#/$defs/ServerFrame`) };

@@ -187,7 +187,24 @@ def sanitize_filename(name: str) -> str:
         start += 1
     while end > start and (out[end - 1] == "." or out[end - 1].isspace()):
         end -= 1
-    return out[start:end] or "file"
+    return _fit_bytes(out[start:end] or "file")
+
+
+# File systems take 255 bytes per name; room is left for the `-N` of unique_path (L26).
+_MAX_NAME_BYTES = 240
+
+
+def _fit_bytes(name: str) -> str:
+    """At most _MAX_NAME_BYTES of UTF-8, cut at a character boundary, the extension kept."""
+    if len(name.encode("utf-8")) <= _MAX_NAME_BYTES:
+        return name
+    dot = name.rfind(".")
+    ext = name[dot:] if dot > 0 and len(name[dot:].encode("utf-8")) <= 16 else ""
+    stem = name[: len(name) - len(ext)]
+    room = _MAX_NAME_BYTES - len(ext.encode("utf-8"))
+    while len(stem.encode("utf-8")) > room:
+        stem = stem[:-1]
+    return (stem or "file") + ext
 
 
 def unique_path(folder: Path, filename: str) -> Path:
@@ -249,3 +266,13 @@ def as_int(v: Any) -> int | None:
 def str_field(frame: Mapping[str, Any], key: str) -> str:
     v = frame.get(key)
     return v if isinstance(v, str) else ""
+
+
+def cut_filename(name: str) -> str:
+    """At most 200 characters (G8), the extension kept: what the gateway would keep anyway,
+    so the frame stays inside the protocol's schema."""
+    if len(name) <= 200:
+        return name
+    dot = name.rfind(".")
+    ext = name[dot:] if dot > 0 and len(name) - dot <= 16 else ""
+    return name[: 200 - len(ext)] + ext

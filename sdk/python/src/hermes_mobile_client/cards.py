@@ -72,6 +72,12 @@ def remember_card(cards: dict[str, Card], card: Card) -> None:
         card.repeat = True
     cards[card.id] = card
     if len(cards) > MAX_CARDS:
+        # A card whose time ran out while this client was offline never gets its
+        # prompt_done (P5): it is expired all the same.
+        now = time.time()
+        for c in cards.values():
+            if c.state == "open" and c.expires_at < now:
+                c.state = "expired"
         for cid in [k for k, c in cards.items() if c.state != "open"][: len(cards) - CARDS_AFTER_TRIM]:
             del cards[cid]
 

@@ -16,6 +16,7 @@ import contextlib
 import getpass
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -31,6 +32,7 @@ from .events import (
     Error,
     Event,
     HermesError,
+    Invalid,
     Media,
     MediaProgress,
     Message,
@@ -40,6 +42,15 @@ from .events import (
     Unsent,
     UploadProgress,
 )
+
+# Control characters (all but newline and tab): text from the agent must not move the
+# cursor, recolour or retitle the terminal.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    return _CONTROL.sub("", text)
+
 
 HELP = """Type a message and press Enter. Local commands:
   /file PATH [CAPTION]   send a file
@@ -95,7 +106,7 @@ class Chat:
         """Prints a whole line, after ending a streamed line or a progress line."""
         self._clear_transient()
         self._end_live()
-        self._write(text + "\n")
+        self._write(printable(text) + "\n")
 
     def progress(self, text: str) -> None:
         """A line that the next output replaces (on a terminal; elsewhere, only 0 and 100 %)."""
@@ -107,19 +118,20 @@ class Chat:
 
     def show_message(self, m: Message) -> None:
         self._clear_transient()
+        text = printable(m.text)
         end = "\n" if m.final else ""
         label = "agent (edited)" if m.edit else "agent"
-        if self.live_key == m.key and m.text.startswith(self.live_text):
-            self._write(m.text[len(self.live_text) :] + end)  # the stream grows in place
-        elif self.live_key == m.key and self.tty and self._fits(self.live_text) and self._fits(m.text):
-            self._write(f"\r\x1b[K{label}: {m.text}{end}")  # an edit of a one-line message: redrawn
+        if self.live_key == m.key and text.startswith(self.live_text):
+            self._write(text[len(self.live_text) :] + end)  # the stream grows in place
+        elif self.live_key == m.key and self.tty and self._fits(self.live_text) and self._fits(text):
+            self._write(f"\r\x1b[K{label}: {text}{end}")  # an edit of a one-line message: redrawn
         else:
             self._end_live()
-            self._write(f"{label}: {m.text}{end}")
+            self._write(f"{label}: {text}{end}")
         if m.final:
             self.live_key, self.live_text = None, ""
         else:
-            self.live_key, self.live_text = m.key, m.text
+            self.live_key, self.live_text = m.key, text
 
     def _fits(self, text: str) -> bool:
         width = shutil.get_terminal_size((80, 24)).columns
@@ -179,6 +191,8 @@ class Chat:
             self.line(f"! not sent ({ev.code}): {ev.message}")
         elif isinstance(ev, Unsent):
             self.line(f"! not sent (the connection was lost): {ev.id}")
+        elif isinstance(ev, Invalid):
+            self.line(f"! ignored a frame from the gateway: {ev.reason}")
 
     def on_status(self, st: Status) -> None:
         if st.state == "connecting" and st.attempt == 0:

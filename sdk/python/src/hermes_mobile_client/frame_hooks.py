@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -42,8 +43,9 @@ def call_hooks(client_hooks: Iterable[FrameHook], direction: str, frame: Mapping
 
 
 class FrameLog:
-    """`HERMES_MOBILE_CLIENT_FRAME_LOG=path`: every frame as a JSON line {"dir", "frame"}.
-    The log holds the token (in `hello`): a debugging aid only."""
+    """`HERMES_MOBILE_CLIENT_FRAME_LOG=path`: every frame as a JSON line {"dir", "frame"},
+    in a file only its owner can read (0600: it holds message contents). The token in
+    `hello` is written as `***`. A debugging aid only."""
 
     # One lock for all clients of the process: their lines must not interleave.
     _lock = threading.Lock()
@@ -52,6 +54,10 @@ class FrameLog:
         self.path = path
 
     def __call__(self, direction: str, frame: Mapping[str, Any]) -> None:
+        if "token" in frame:
+            frame = {**frame, "token": "***"}
         line = json.dumps({"dir": direction, "frame": frame}, ensure_ascii=False) + "\n"
-        with self._lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(line)
+        with self._lock:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
+                f.write(line)

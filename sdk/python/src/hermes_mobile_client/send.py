@@ -197,6 +197,9 @@ def main(argv: list[str] | None = None, env: Mapping[str, str] | None = None) ->
         layered = layered_env(environ, args.env_file)
         token = args.token if args.token is not None else default_token(layered)
         port = layered.get("MOBILE_PORT") or str(DEFAULT_PORT)
+        if args.id is not None and not 1 <= len(args.id) <= 128:
+            # The gateway would cut it (G8) and answer with the cut id: as hermes-mobile send.
+            raise _Usage("--id must be 1 to 128 characters")
         url = args.url or f"ws://127.0.0.1:{port}/ws"
         if not url.startswith(("ws://", "wss://")):
             raise _Usage(f"{url}: the url must start with ws:// or wss://")

@@ -47,7 +47,7 @@ class SendingMixin(OutboxMixin):
         UploadProgress after each chunk and at 100 % once confirmed. Raises `too_big` over
         8 MiB before anything is sent. Returns the id; `await` it for the confirmation."""
         data, name = read_file(file, self.max_media_bytes)
-        filename = filename if filename is not None else (name or "file")
+        filename = u.cut_filename(filename if filename is not None else (name or "file"))
         mime = mime if mime is not None else u.guess_mime(filename)
         kind = (kind or u.upload_kind(mime)).lower()
         if kind not in u.UPLOAD_KINDS:
