@@ -643,13 +643,17 @@ async def check_websocket_link(w, phone):
     await w.until(lambda: w.agent_state() == "connected", 60, "Hermes to attach over /agent", proc=w.hermes)
     (_, m), _ = await turn(phone, "hello over the websocket", "a turn over /agent",
                            predicate=lambda t: "hello over the websocket" in t)
+    # Like a person, wait for the turn to end: a photo sent into a session Hermes still
+    # holds busy is queued behind a busy notice, and its turn may come much later.
+    await phone.wait_for(phone.turn_over, 60, "the turn over /agent to end")
     # Files travel inline both ways over /agent.
     data = make_png(w.tmp / "inline.png", 8, 8)
     mark = phone.mark()
     await phone.upload("image", "inline.png", data, caption="and this one?")
-    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the inline upload")
     cache = str(w.hermes_home / "cache" / "mobile")
     await model_saw(w, cache, "the inline upload under " + cache)
+    await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the inline upload")
+    await phone.wait_for(phone.turn_over, 60, "the inline upload's turn to end")
     pic = w.work / "inline-out.png"
     out = make_png(pic, 12, 12)
     mark = phone.mark()
@@ -821,6 +825,10 @@ async def run(w, only):
         except Exception as exc:
             results.append((name, False))
             log(f"FAIL {name} ({time.time() - t0:.1f} s): {type(exc).__name__}: {exc}")
+            # What the phone saw last is usually the quickest clue to a failed check.
+            shown = w.phone or phone
+            for _, f in shown.frames[-10:]:
+                log("  phone got: " + json.dumps(f, ensure_ascii=False)[:200])
             if w.args.verbose:
                 traceback.print_exc()
     if w.phone:
