@@ -1,10 +1,11 @@
 // The chat app served at `/`. Everything the agent or the server sends is put in the page
 // with textContent / attributes of our choosing; never as HTML.
-import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS, MAX_AUDIO_BYTES } from '/protocol.js';
+import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
 import { kindFromMime } from '/protocol.js';
 import { renderMarkdown } from '/markdown.js';
 import { History } from '/history.js';
+import { initVoice } from '/voice.js';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -848,79 +849,12 @@ document.addEventListener('paste', (e) => {
   uploadFiles(files);
 });
 
-// ---- voice: MediaRecorder, then decoded and resampled to 16 kHz mono, sent as 16-bit WAV ------
+// ---- voice (voice.js records; the page shows and sends) --------------------------------------
 
-let rec = null;
-const MAX_RECORD_SECONDS = 240; // 16 kHz × 2 bytes × 240 s ≈ 7.3 MiB, under MAX_AUDIO_BYTES
+const voice = initVoice({ ui, notice, onRecorded: sendVoice });
 
-async function startRecording() {
-  if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia || !window.MediaRecorder) {
-    notice('Voice messages need a browser with microphone access on a secure page (https or localhost).');
-    return;
-  }
-  rec = { starting: true };
-  let stream;
-  try {
-    stream = await navigator.mediaDevices.getUserMedia({ audio: { channelCount: 1, echoCancellation: true, noiseSuppression: true } });
-  } catch (e) {
-    rec = null;
-    notice(e && e.name === 'NotAllowedError' ? 'The microphone was refused. Allow it in the browser to send voice messages.' : 'No microphone could be opened, so no voice message was recorded.');
-    return;
-  }
-  const chunks = [];
-  const mr = new MediaRecorder(stream);
-  mr.addEventListener('dataavailable', (e) => e.data && e.data.size && chunks.push(e.data));
-  rec = { stream, mr, chunks, startedAt: Date.now(), cancelled: false };
-  rec.timer = setInterval(() => {
-    const s = Math.floor((Date.now() - rec.startedAt) / 1000);
-    ui.recTime.textContent = `${Math.floor(s / 60)}:${String(s % 60).padStart(2, '0')}`;
-    if (s >= MAX_RECORD_SECONDS) stopRecording();
-  }, 250);
-  mr.start();
-  ui.mic.setAttribute('aria-pressed', 'true');
-  ui.mic.setAttribute('aria-label', 'Stop and send the voice message');
-  ui.recTime.textContent = '0:00';
-  ui.recLine.hidden = false;
-  ui.bar.classList.add('recording');
-}
-
-function stopRecording(cancel = false) {
-  const r = rec;
-  if (!r || r.starting) return;
-  rec = null;
-  clearInterval(r.timer);
-  ui.mic.setAttribute('aria-pressed', 'false');
-  ui.mic.setAttribute('aria-label', 'Record a voice message');
-  ui.recLine.hidden = true;
-  ui.bar.classList.remove('recording');
-  r.mr.addEventListener('stop', () => {
-    for (const t of r.stream.getTracks()) t.stop();
-    if (!cancel) finishRecording(r.chunks, r.mr.mimeType).catch(() => notice('The recording could not be encoded, so nothing was sent.'));
-  }, { once: true });
-  r.mr.stop();
-}
-
-async function finishRecording(chunks, type) {
-  const blob = new Blob(chunks, { type });
-  if (!blob.size) {
-    notice('Nothing was recorded.');
-    return;
-  }
-  const ctx = new OfflineAudioContext(1, 1, 16000);
-  const buf = await ctx.decodeAudioData(await blob.arrayBuffer()); // resampled to 16 kHz
-  const n = buf.length;
-  const mono = new Float32Array(n);
-  for (let c = 0; c < buf.numberOfChannels; c++) {
-    const d = buf.getChannelData(c);
-    for (let i = 0; i < n; i++) mono[i] += d[i] / buf.numberOfChannels;
-  }
-  const wav = encodeWav(mono, 16000);
-  if (wav.size > MAX_AUDIO_BYTES) {
-    notice('The recording is over 8 MiB, so it was not sent.');
-    return;
-  }
+function sendVoice(wav, secs) {
   const id = newId('a');
-  const secs = Math.round(n / 16000);
   keepBottom(true, () => {
     const m = bubble('user', id);
     const audio = el('audio', 'own-audio');
@@ -939,37 +873,11 @@ async function finishRecording(chunks, type) {
   }
 }
 
-function encodeWav(samples, rate) {
-  const buf = new ArrayBuffer(44 + samples.length * 2);
-  const v = new DataView(buf);
-  const str = (o, s) => [...s].forEach((c, i) => v.setUint8(o + i, c.charCodeAt(0)));
-  str(0, 'RIFF');
-  v.setUint32(4, 36 + samples.length * 2, true);
-  str(8, 'WAVE');
-  str(12, 'fmt ');
-  v.setUint32(16, 16, true);
-  v.setUint16(20, 1, true); // PCM
-  v.setUint16(22, 1, true); // mono
-  v.setUint32(24, rate, true);
-  v.setUint32(28, rate * 2, true);
-  v.setUint16(32, 2, true);
-  v.setUint16(34, 16, true);
-  str(36, 'data');
-  v.setUint32(40, samples.length * 2, true);
-  for (let i = 0; i < samples.length; i++) {
-    const s = Math.max(-1, Math.min(1, samples[i]));
-    v.setInt16(44 + i * 2, s < 0 ? s * 0x8000 : s * 0x7fff, true);
-  }
-  return new Blob([buf], { type: 'audio/wav' });
-}
-
 ui.mic.addEventListener('click', () => {
-  if (!client) return;
-  if (rec) stopRecording();
-  else startRecording();
+  if (client) voice.toggle();
 });
 document.addEventListener('keydown', (e) => {
-  if (e.key === 'Escape' && rec) stopRecording(true);
+  if (e.key === 'Escape') voice.cancel();
 });
 
 // ---- errors -------------------------------------------------------------------------------------
@@ -1088,7 +996,7 @@ function tokenFromFragment() {
 }
 
 function forget() {
-  if (rec) stopRecording(true);
+  voice.cancel();
   push.forget(client); // before stop(): push_unsubscribe goes on the open connection
   stop();
   forgetHistory(store.get(KEY_DEVICE));
