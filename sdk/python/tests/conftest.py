@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 import hermes_mobile_client as hm
-from hermes_mobile_client.client import FRAME_LOG_ENV
+from hermes_mobile_client.frame_hooks import FRAME_LOG_ENV
 
 ROOT = Path(__file__).resolve().parents[3]
 GATEWAY = Path(os.environ.get("GATEWAY_BIN") or ROOT / "target" / "release" / "hermes-mobile")

@@ -26,17 +26,9 @@ from ._util import (
     new_id,
     sanitize_filename,
 )
-from .client import (
-    Client,
-    FrameHook,
-    MessageId,
-    ProgressCallback,
-    __version__,
-    add_frame_hook,
-    connect,
-    remove_frame_hook,
-    validate_card,
-)
+from ._version import __version__
+from .cards import validate_card
+from .client import Client, connect
 from .events import (
     Avatar,
     Card,
@@ -58,6 +50,9 @@ from .events import (
     Unsent,
     UploadProgress,
 )
+from .frame_hooks import FrameHook, add_frame_hook, remove_frame_hook
+from .outbox import MessageId
+from .upload import ProgressCallback
 
 __all__ = [
     "MAX_AUDIO_BYTES",

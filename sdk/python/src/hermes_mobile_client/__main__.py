@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return send_main(rest)
     if cmd in ("--version", "version"):
-        from .client import __version__
+        from ._version import __version__
 
         print(f"hermes_mobile_client {__version__}")
         return 0

@@ -25,69 +25,13 @@ from typing import Any, TypeVar
 from websockets.asyncio.client import ClientConnection
 
 from . import _util as u
-from ._version import __version__
 from .cards import close_card, remember_card, validate_card
-from .connection import FATAL_AUTH, ConnectionMixin
-from .events import (
-    Avatar,
-    Card,
-    CardDone,
-    CardOption,
-    Confirmed,
-    Delivered,
-    Error,
-    Event,
-    HermesError,
-    Invalid,
-    Media,
-    MediaProgress,
-    Message,
-    Ready,
-    Rejected,
-    Status,
-    Typing,
-    Unsent,
-    UploadProgress,
-)
-from .frame_hooks import FRAME_LOG_ENV, FrameHook, add_frame_hook, remove_frame_hook
-from .outbox import MessageId
+from .connection import ConnectionMixin
+from .events import Avatar, Error, Event, HermesError, Invalid, Ready, Status, Typing
 from .request_frames import RequestsMixin
 from .sending import SendingMixin
-from .upload import ProgressCallback
 
-# This module's names, and the event types it has always offered too.
-__all__ = [
-    "FATAL_AUTH",
-    "FRAME_LOG_ENV",
-    "Avatar",
-    "Card",
-    "CardDone",
-    "CardOption",
-    "Client",
-    "Confirmed",
-    "Delivered",
-    "Error",
-    "Event",
-    "FrameHook",
-    "HermesError",
-    "Invalid",
-    "Media",
-    "MediaProgress",
-    "Message",
-    "MessageId",
-    "ProgressCallback",
-    "Ready",
-    "Rejected",
-    "Status",
-    "Typing",
-    "Unsent",
-    "UploadProgress",
-    "__version__",
-    "add_frame_hook",
-    "connect",
-    "remove_frame_hook",
-    "validate_card",
-]
+__all__ = ["Client", "connect"]
 
 log = logging.getLogger("hermes_mobile_client")
 
