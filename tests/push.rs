@@ -119,6 +119,26 @@ fn a_subscription_is_kept_and_one_to_a_host_not_allowed_is_forbidden_and_not_fat
 }
 
 #[test]
+fn subscribing_again_writes_only_when_what_is_kept_changes() {
+    let mut h = Harness::with_config(config());
+    let a = h.connect("tel-a");
+    h.send(a, subscribe_frame("s1", "https://fcm.googleapis.com/fcm/send/a"));
+    h.send(a, subscribe_frame("s2", "https://fcm.googleapis.com/fcm/send/a"));
+    assert_eq!(
+        h.push_changes, 1,
+        "the page's subscribe after every ready writes nothing"
+    );
+    let b = h.connect("tel-b");
+    h.send(b, subscribe_frame("s3", "https://fcm.googleapis.com/fcm/send/b"));
+    assert_eq!(h.push_changes, 2);
+    // L46: the order is what eviction reads after a restart, so a change of order is kept.
+    h.send(a, subscribe_frame("s4", "https://fcm.googleapis.com/fcm/send/a"));
+    assert_eq!(h.push_changes, 3, "tel-a is the most recently used again");
+    let kept = h.gw.push_snapshot();
+    assert!(kept.find("tel-b").unwrap() < kept.find("tel-a").unwrap(), "{kept}");
+}
+
+#[test]
 fn a_key_that_is_not_a_point_on_the_curve_is_a_bad_frame() {
     let mut c = config();
     c.push.as_mut().unwrap().point_check = |_| false;

@@ -201,12 +201,12 @@ fn persist(path: &Path, contents: &[u8]) -> io::Result<()> {
         std::os::unix::fs::DirBuilderExt::mode(fs::DirBuilder::new().recursive(true), 0o700).create(dir)?;
     }
     let tmp = path.with_extension("tmp");
-    // A leftover from a crash may have looser permissions, which `open` would keep.
+    // A leftover from a crash may have looser permissions, which `open` would keep; and
+    // create_new never follows a file or link put there in between.
     let _ = fs::remove_file(&tmp);
     let mut file = fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)?;
     file.write_all(contents)?;

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine;
-use hermes_mobile::limits::MAX_MEDIA_BYTES;
+use hermes_mobile::limits::{MAX_ID_CHARS, MAX_MEDIA_BYTES};
 use hermes_mobile::mime::guess_mime;
 use serde_json::{json, Value};
 use tungstenite::Message;
@@ -110,9 +110,9 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
     // would never recognise as its answer.
     if a.id
         .as_ref()
-        .is_some_and(|id| id.is_empty() || id.chars().count() > 128)
+        .is_some_and(|id| id.is_empty() || id.chars().count() > MAX_ID_CHARS)
     {
-        return Err("--id must be 1 to 128 characters".into());
+        return Err(format!("--id must be 1 to {MAX_ID_CHARS} characters"));
     }
     Ok(a)
 }

@@ -89,9 +89,6 @@ fn the_schema_names_every_frame_the_gateway_reads_and_writes() {
         unnamed.is_empty(),
         "the core encodes frames the schema does not name: {unnamed:?}"
     );
-    // The root takes a frame of either direction, one entry per type.
-    let root = validator("ClientFrame");
-    assert!(root.is_valid(&json!({"t":"typing"})));
     let doc = document();
     assert_eq!(doc["$schema"], "https://json-schema.org/draft/2020-12/schema");
     let any = jsonschema::draft202012::new(doc).expect("the root is a valid schema");

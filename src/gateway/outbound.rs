@@ -351,8 +351,8 @@ impl Gateway {
             file.data.chunks(MEDIA_CHUNK_BYTES).collect()
         };
         let parts = chunks.len() as u32;
-        // What an agent names is cut as a client's would be (G8), so that every frame stays
-        // inside the protocol's limits (docs/protocol-v1.schema.json, L48).
+        // What an agent names is cut to G8's 200 characters, extension kept, so that every
+        // frame stays inside the protocol's limits (docs/protocol-v1.schema.json, L48).
         let filename = cut_filename(&file.filename, MAX_FILENAME_CHARS);
         let caption = file.caption.as_deref().map(|c| truncate_chars(c, MAX_TEXT_CHARS));
         let reply_to = file.reply_to.as_deref().filter(|r| !r.is_empty());

@@ -80,9 +80,9 @@ impl Gateway {
             auth: b64url(&frame.auth),
             app_url: frame.app_url.map(|u| u.into_owned()),
         };
-        // The page registers again after every `ready`: the same subscription changes
-        // nothing, and nothing is written.
-        let unchanged = self.push.get(device).contains(&sub);
+        // The page registers again after every `ready`: the same subscription, from the
+        // device that subscribed last, changes nothing, and nothing is written.
+        let unchanged = self.push.is_newest(device, &sub);
         if let Some(old) = self.push.subscribe(device, sub) {
             log::info!(
                 "device {old:?}: push subscriptions dropped: {} devices have some",

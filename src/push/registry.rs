@@ -65,6 +65,15 @@ impl Registry {
         self.devices.iter().map(|d| d.subscriptions.len()).sum()
     }
 
+    /// Whether subscribing `sub` again would change nothing: the device already has it as its
+    /// newest and is itself the most recently subscribed. The order counts too, since it is
+    /// what eviction reads after a restart (L46).
+    pub fn is_newest(&self, device: &DeviceId, sub: &Subscription) -> bool {
+        self.devices
+            .last()
+            .is_some_and(|d| d.device == device.as_str() && d.subscriptions.last() == Some(sub))
+    }
+
     /// Adds or replaces (same endpoint) a subscription. Past `MAX_PER_DEVICE`, the device's
     /// oldest goes; past `MAX_DEVICES`, the least recently used device goes (its id is
     /// returned, for the log).

@@ -389,7 +389,7 @@ impl Sender {
                     });
                 }
             }
-            Verdict::Retry(_) | Verdict::Drop if answer == Answer::Withdrawn => {
+            Verdict::Drop if answer == Answer::Withdrawn => {
                 log::debug!("push to device {device:?}: {described}")
             }
             Verdict::Retry(_) | Verdict::Drop => {
