@@ -108,7 +108,8 @@ function checkId(id) {
   return id;
 }
 
-// At most 200 characters (G8), the extension kept: what the gateway would keep anyway.
+// At most 200 characters (G8), the extension kept, so the frame stays inside the schema
+// (the gateway would otherwise cut it to 200 characters itself, extension and all).
 function cutFilename(name) {
   const chars = Array.from(name);
   if (chars.length <= 200) return name;

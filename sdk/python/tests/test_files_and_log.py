@@ -36,3 +36,31 @@ def test_the_frame_log_is_private_and_never_holds_the_token(tmp_path: Path) -> N
     assert "secret-token" not in text
     first = json.loads(text.splitlines()[0])
     assert first["frame"]["token"] == "***"
+
+
+def test_a_progress_line_strips_a_peers_terminal_escapes() -> None:
+    import io
+
+    from hermes_mobile_client.chat import Chat
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Tty()
+    chat = Chat(None, out, Path("."))  # type: ignore[arg-type]
+    chat.progress("  receiving \x1b]0;owned\x07evil\x1b[2J.png: 1/2 parts")
+    shown = out.getvalue()
+    assert shown.startswith("\r\x1b[K")  # the chat's own line reset, and no other escape
+    assert "\x1b" not in shown[len("\r\x1b[K") :]
+    assert "\x07" not in shown
+    assert "evil" in shown
+
+
+def test_a_deliver_file_name_is_cut_to_200_characters_keeping_its_extension() -> None:
+    from hermes_mobile_client.request_frames import _delivery_media
+
+    media = _delivery_media(b"report body", "r" * 300 + ".pdf", None, None)
+    assert len(media["filename"]) == 200
+    assert media["filename"].endswith(".pdf")
+    assert media["mime"] == "application/pdf"

@@ -269,8 +269,8 @@ def str_field(frame: Mapping[str, Any], key: str) -> str:
 
 
 def cut_filename(name: str) -> str:
-    """At most 200 characters (G8), the extension kept: what the gateway would keep anyway,
-    so the frame stays inside the protocol's schema."""
+    """At most 200 characters (G8), the extension kept, so the frame stays inside the
+    protocol's schema (the gateway would otherwise cut it to 200 itself, extension and all)."""
     if len(name) <= 200:
         return name
     dot = name.rfind(".")

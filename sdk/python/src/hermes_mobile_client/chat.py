@@ -113,7 +113,7 @@ class Chat:
         if not self.tty:
             return
         self._end_live()
-        self._write("\r\x1b[K" + text)
+        self._write("\r\x1b[K" + printable(text))
         self.transient = True
 
     def show_message(self, m: Message) -> None:

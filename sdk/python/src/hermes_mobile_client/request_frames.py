@@ -167,7 +167,7 @@ def _delivery_media(
 ) -> dict[str, Any]:
     """The `media` object of a `deliver` frame: the whole file in one, up to 8 MiB."""
     data, name = read_file(file, u.MAX_MEDIA_BYTES)
-    fname = filename if filename is not None else (name or "file")
+    fname = u.cut_filename(filename if filename is not None else (name or "file"))
     fmime = mime if mime is not None else u.guess_mime(fname)
     fkind = (kind or u.delivery_kind(fmime)).lower()
     if fkind not in u.DOWNLOAD_KINDS:
