@@ -4,7 +4,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::limits::{DEFAULT_CHUNK_LIMIT, DEFAULT_PROMPT_TTL_SECS, MAX_HELD_TOTAL_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES};
+use crate::limits::{
+    DEFAULT_CHUNK_LIMIT, DEFAULT_PROMPT_TTL_SECS, MAX_HELD_TOTAL_BYTES, MAX_SPECULATIVE_UPLOAD_BYTES,
+    MAX_UPLOAD_TOTAL_BYTES,
+};
 
 #[derive(Clone)]
 pub struct Config {
@@ -16,6 +19,9 @@ pub struct Config {
     pub allowed_devices: Vec<String>,
     /// `MOBILE_DELIVER_TOKENS`: service tokens (S1, S2).
     pub deliver_tokens: Vec<String>,
+    /// `MOBILE_TRUST_LOOPBACK`: whether a loopback peer without proxy headers may
+    /// `deliver` without a deliver token (S1, L53).
+    pub trust_loopback: bool,
     /// `MOBILE_HOME_DEVICE`: the `deliver` target when none is given (S3).
     pub home_device: Option<String>,
     /// `MOBILE_AVATAR_URL`: `ready.avatar_url`, empty if unset (H6).
@@ -38,6 +44,9 @@ pub struct Config {
     pub max_held_total: usize,
     /// Room reserved for announced upload parts, over all connections (L31).
     pub max_upload_speculation: usize,
+    /// Memory every unfinished upload together may hold (L51): past it, a part of a
+    /// multi-part upload is refused with `too_big` and its upload dropped.
+    pub max_upload_total: usize,
     /// Seeds generated ids (H4). The server takes it from the operating system.
     pub seed: u64,
     /// Web Push and ntfy (issue 18); `None` with `MOBILE_PUSH=off`.
@@ -52,6 +61,7 @@ impl Config {
             extra_tokens: Vec::new(),
             allowed_devices: Vec::new(),
             deliver_tokens: Vec::new(),
+            trust_loopback: true,
             home_device: None,
             avatar_url: String::new(),
             prompt_ttl: Duration::from_secs(DEFAULT_PROMPT_TTL_SECS),
@@ -63,6 +73,7 @@ impl Config {
             offline_hold: Duration::from_secs(600),
             max_held_total: MAX_HELD_TOTAL_BYTES,
             max_upload_speculation: MAX_SPECULATIVE_UPLOAD_BYTES,
+            max_upload_total: MAX_UPLOAD_TOTAL_BYTES,
             seed: 0x6865_726d_6573,
             push: None,
         }
@@ -81,6 +92,7 @@ impl fmt::Debug for Config {
                 "deliver_tokens",
                 &format_args!("<{} redacted>", self.deliver_tokens.len()),
             )
+            .field("trust_loopback", &self.trust_loopback)
             .field("home_device", &self.home_device)
             .field("avatar_url", &self.avatar_url)
             .field("prompt_ttl", &self.prompt_ttl)
@@ -92,6 +104,7 @@ impl fmt::Debug for Config {
             .field("offline_hold", &self.offline_hold)
             .field("max_held_total", &self.max_held_total)
             .field("max_upload_speculation", &self.max_upload_speculation)
+            .field("max_upload_total", &self.max_upload_total)
             .field("push", &self.push)
             .finish()
     }

@@ -46,6 +46,10 @@ pub const MAX_PRE_HELLO_FRAME_BYTES: usize = 64 * 1024;
 /// Room reserved for parts still to come, across all connections (decisions L31): a first
 /// part may announce up to 8 MiB more, which must not be 8 MiB per connection for 4 KiB sent.
 pub const MAX_SPECULATIVE_UPLOAD_BYTES: usize = 32 * 1024 * 1024;
+/// Memory every unfinished upload together may hold, the room of L31 included (decisions
+/// L51). Device ids are free to mint, so the per-device 8 MiB (U2) alone bounds nothing.
+/// The server sets it from `MOBILE_MEMORY_BUDGET`.
+pub const MAX_UPLOAD_TOTAL_BYTES: usize = MAX_SPECULATIVE_UPLOAD_BYTES + 32 * 1024 * 1024;
 /// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
 pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
 pub const MAX_OPEN_PROMPTS: usize = 256;

@@ -55,7 +55,9 @@ pub fn guess_mime(filename: &str) -> &'static str {
 pub fn sanitize_filename(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
-        let bad = c.is_control() || matches!(c, '/' | '\\' | ':' | '\0');
+        // L18: controls, and (issue 23 #7) Cf, Zl and Zp, which could make
+        // `invoice\u{202E}gnp.exe` display as "invoiceexe.png".
+        let bad = crate::hidden::is_hidden(c) || c.is_control() || matches!(c, '/' | '\\' | ':' | '\0');
         out.push(if bad { '_' } else { c });
     }
     // `..` anywhere could still be read as a parent by a careless consumer; collapse it.
@@ -92,6 +94,9 @@ mod tests {
         assert!(!windows.contains('\\') && !windows.contains("..") && windows.ends_with("boot.ini"));
         assert_eq!(sanitize_filename("a\nb\u{7}c.txt"), "a_b_c.txt");
         assert_eq!(sanitize_filename(".."), "file");
+        // decisions L18, issue 23 #7: format characters cannot disguise an extension.
+        assert_eq!(sanitize_filename("invoice\u{202E}gnp.exe"), "invoice_gnp.exe");
+        assert_eq!(sanitize_filename("a\u{200B}b\u{2028}c\u{FEFF}.txt"), "a_b_c_.txt");
         assert_eq!(sanitize_filename(""), "file");
         assert_eq!(sanitize_filename(".bashrc"), "bashrc");
         assert_eq!(sanitize_filename("отчёт 2026.pdf"), "отчёт 2026.pdf");

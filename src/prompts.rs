@@ -148,6 +148,16 @@ impl Card {
         })
     }
 
+    /// Whether anything the person reads on the card holds a character they cannot see
+    /// (L49). The card itself is never altered: the agent gets the same answer either way.
+    pub fn hidden_chars(&self) -> bool {
+        use crate::hidden::has_hidden;
+        has_hidden(&self.text)
+            || self.command.as_deref().is_some_and(has_hidden)
+            || self.description.as_deref().is_some_and(has_hidden)
+            || self.options.iter().any(|o| has_hidden(&o.label))
+    }
+
     /// The `prompt` frame, with the time left as `timeout_seconds` (rounded up).
     pub fn frame(&self, now: Time) -> String {
         let left = self.expires_at.as_millis().saturating_sub(now.as_millis());
@@ -170,6 +180,7 @@ impl Card {
                 description: self.description.as_deref().map(Cow::Borrowed),
                 session: Cow::Owned(self.device.session()),
                 timeout_seconds: left.div_ceil(1000),
+                hidden_chars: self.hidden_chars(),
             },
         )
     }

@@ -201,6 +201,19 @@ impl Uploads {
         self.held.saturating_sub(self.buffered)
     }
 
+    /// What these uploads hold, for the gateway's totals ([`UploadTotals`]).
+    pub fn footprint(&self) -> Footprint {
+        Footprint {
+            held: self.held,
+            speculative: self.speculative(),
+        }
+    }
+
+    /// Drops upload `id` with all it holds (U3), if it is open.
+    pub fn abandon(&mut self, id: &str) {
+        self.drop_upload(id);
+    }
+
     fn drop_upload(&mut self, id: &str) {
         if let Some(u) = self.open.remove(id) {
             self.buffered -= u.assembly.bytes();
@@ -239,5 +252,39 @@ impl Uploads {
 
     pub fn open_count(&self) -> usize {
         self.open.len()
+    }
+}
+
+/// The memory one connection's uploads hold: all of it, and the part that is room reserved
+/// ahead of parts (L31).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Footprint {
+    pub held: usize,
+    pub speculative: usize,
+}
+
+/// The uploads of every connection together: what L31's shared room and L51's share of the
+/// memory budget bound. Changed only by [`UploadTotals::update`] with a connection's
+/// footprint before and after a change, so the totals stay the sums (issue 23 #2).
+#[derive(Debug, Default)]
+pub struct UploadTotals {
+    held: usize,
+    speculative: usize,
+}
+
+impl UploadTotals {
+    pub fn update(&mut self, before: Footprint, after: Footprint) {
+        self.held = self.held - before.held + after.held;
+        self.speculative = self.speculative - before.speculative + after.speculative;
+    }
+
+    /// Memory held by every unfinished upload: bytes, reserved room, bookkeeping.
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Room reserved ahead of parts over every upload.
+    pub fn speculative(&self) -> usize {
+        self.speculative
     }
 }

@@ -102,6 +102,7 @@ fn loopback_without_proxy_headers_may_deliver() {
     let local = h.open_with(Peer {
         loopback: true,
         forwarded: false,
+        source: Default::default(),
     });
     h.hello(local, "cli");
     h.take(local);
@@ -117,10 +118,12 @@ fn loopback_behind_a_proxy_and_remote_peers_are_forbidden() {
         Peer {
             loopback: true,
             forwarded: true,
+            source: Default::default(),
         },
         Peer {
             loopback: false,
             forwarded: false,
+            source: Default::default(),
         },
     ] {
         let mut h = Harness::new();

@@ -17,6 +17,7 @@ enum Op {
     Open {
         loopback: bool,
         forwarded: bool,
+        source: Default::default(),
     },
     Hello {
         conn: u8,
@@ -115,6 +116,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     Peer {
                         loopback: *loopback,
                         forwarded: *forwarded,
+                        source: Default::default(),
                     },
                 );
                 conns.push(c);

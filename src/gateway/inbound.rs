@@ -49,12 +49,30 @@ impl Gateway {
     fn on_hello(&mut self, now: Time, conn: ConnId, hello: Hello<'_>) {
         let device = if hello.device_id.trim().is_empty() {
             self.ids.device_id()
+        } else if let Some(problem) = crate::hidden::device_id_problem(&hello.device_id) {
+            // L50: no look-alike of another device (`tel-1 `, `tel-\u{202E}1`).
+            log::info!("{conn:?}: hello refused: {problem}: {:?}", hello.device_id);
+            return self.fail(conn, Rejection::bad_frame(problem));
         } else {
             DeviceId(hello.device_id.into_owned())
         };
+        let source = self.conns.get(&conn).map(|c| c.peer.source).unwrap_or_default();
+        if let Some(left) = self.throttle.blocked(source, now) {
+            // L52: the token is not even looked at, so a blocked attempt is never a guess.
+            let message = format!("too many failed attempts; try again in {} s", left.as_secs().max(1));
+            return self.fail(conn, Rejection::new(ErrorCode::AuthFailed, message));
+        }
         let role = match authorize(&self.config, &hello.token, device.as_str()) {
             Ok(role) => role,
-            Err(r) => return self.fail(conn, r),
+            Err(r) => {
+                if r.code == ErrorCode::AuthFailed {
+                    if let Some(block) = self.throttle.record_failure(source, now) {
+                        log::warn!("{conn:?}: failed hellos from one address; refusing it for {block:?} (L52)");
+                    }
+                    self.arm_sweep(now);
+                }
+                return self.fail(conn, r);
+            }
         };
         let name = if hello.device_name.is_empty() {
             device.as_str().to_owned()
@@ -228,13 +246,35 @@ impl Gateway {
             return;
         }
         let Some(c) = self.conns.get_mut(&conn) else { return };
+        let before = c.uploads.footprint();
+        let totals = &self.upload_totals;
+        // L51: every open upload together stays inside its share of the memory budget,
+        // however many device ids a peer mints: their bytes (and bookkeeping) within what
+        // the share leaves beside L31's room, which is bounded on its own. The part's
+        // decoded size is at most 3/4 of its base64 (white space only makes it smaller, L11).
+        let part = m.data.len() / 4 * 3 + 3;
+        let bytes_cap = self
+            .config
+            .max_upload_total
+            .saturating_sub(self.config.max_upload_speculation);
+        let room = self.config.max_upload_total.saturating_sub(totals.held() + part);
+        if m.parts > 1 && totals.held() - totals.speculative() + part > bytes_cap {
+            c.uploads.abandon(&m.id);
+            self.upload_totals.update(before, c.uploads.footprint());
+            log::warn!(
+                "{conn:?}: upload {:?} refused: unfinished uploads hold {} bytes, the share of MOBILE_MEMORY_BUDGET is {}",
+                m.id,
+                self.upload_totals.held(),
+                self.config.max_upload_total
+            );
+            let r = Rejection::too_big("the gateway holds too many unfinished uploads; try again later");
+            return self.send_error(conn, &r.with_id(Some(&m.id)), false);
+        }
         // L31: this connection may use what the others leave of the shared room.
-        let before = c.uploads.speculative();
-        let others = self.upload_speculation - before;
-        let outcome = c
-            .uploads
-            .accept_within(now, &m, self.config.max_upload_speculation.saturating_sub(others));
-        self.upload_speculation = others + c.uploads.speculative();
+        let others = totals.speculative() - before.speculative;
+        let shared = self.config.max_upload_speculation.saturating_sub(others).min(room);
+        let outcome = c.uploads.accept_within(now, &m, shared);
+        self.upload_totals.update(before, c.uploads.footprint());
         match c.uploads.next_deadline(self.config.upload_stall) {
             Some(next) => self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn)),
             None => c.stall_slot = None,
@@ -310,10 +350,19 @@ impl Gateway {
     fn on_deliver(&mut self, now: Time, conn: ConnId, sender: &DeviceId, role: Role, d: Deliver<'_>) {
         let id = d.id.as_ref();
         let peer = self.conns.get(&conn).map(|c| c.peer).unwrap_or_default();
-        // S1: a service token, or loopback that no proxy vouched for.
-        let trusted_loopback = peer.loopback && !peer.forwarded;
+        // S1: a service token, or loopback that no proxy vouched for, when the owner trusts
+        // loopback at all (L53: MOBILE_TRUST_LOOPBACK=off behind a TCP forwarder).
+        let trusted_loopback = self.config.trust_loopback && peer.loopback && !peer.forwarded;
         if !role.is_service() && !trusted_loopback {
             let r = Rejection::new(ErrorCode::Forbidden, "deliver is only for service connections");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        }
+        if role == Role::Device && self.is_bound(sender) && !self.targets_itself(sender, &d.target) {
+            // L53: a token bound to one device (H2) never reaches another one.
+            let r = Rejection::new(
+                ErrorCode::Forbidden,
+                "a device-bound token may only deliver to its own device",
+            );
             return self.send_error(conn, &r.with_id(Some(id)), false);
         }
         // S4: a repeat is confirmed again, not re-sent. A service's deliveries are its
@@ -364,6 +413,24 @@ impl Gateway {
                 self.send_error(conn, &r.with_id(Some(id)), false)
             }
         }
+    }
+
+    /// Whether `device` is bound to a token of its own (H2): only that token can claim it.
+    fn is_bound(&self, device: &DeviceId) -> bool {
+        self.config.extra_tokens.iter().any(|(d, _)| d == device.as_str())
+    }
+
+    /// Whether a `deliver` target names `device` itself (S3's forms, the home device when
+    /// empty).
+    fn targets_itself(&self, device: &DeviceId, raw_target: &str) -> bool {
+        let raw = raw_target.trim();
+        let target = raw.strip_prefix("mobile:").unwrap_or(raw).trim();
+        let target = if target.is_empty() {
+            self.config.home_device.as_deref().unwrap_or_default()
+        } else {
+            target
+        };
+        target == device.as_str()
     }
 
     /// S3–S5 for any sender (a service connection, or the agent link): resolves the target,

@@ -33,8 +33,12 @@ use timers::{claim, TimerKey, Timers};
 pub struct Peer {
     /// The TCP peer is 127.0.0.0/8 or ::1.
     pub loopback: bool,
-    /// The upgrade request carried `Forwarded` or `X-Forwarded-For` (decisions S1).
+    /// The upgrade request carried a header that a proxy adds (`Forwarded`,
+    /// `X-Forwarded-For`, `X-Real-IP`, `Via` …: decisions S1, L53).
     pub forwarded: bool,
+    /// Whose failed `hello`s this connection's count with (L52): the peer's address, or
+    /// the client address a local proxy reported.
+    pub source: crate::throttle::SourceKey,
 }
 
 /// Something for the driver to do.
@@ -71,6 +75,8 @@ pub struct Stats {
     pub devices_known: usize,
     pub open_uploads: usize,
     pub upload_bytes: usize,
+    /// Memory unfinished uploads hold (bytes, reserved room, bookkeeping): what L51 bounds.
+    pub upload_held: usize,
     pub held_bytes: usize,
     pub open_prompts: usize,
     pub dedup_entries: usize,
@@ -219,8 +225,10 @@ pub struct Gateway {
     prompts_slot: Option<Time>,
     /// The timer heap's size past which stale entries are swept out (doubles with it).
     timers_compact_at: usize,
-    /// Room reserved for parts still to come, over every connection's uploads (L31).
-    upload_speculation: usize,
+    /// Failed `hello`s per source address (L52).
+    throttle: crate::throttle::Throttle,
+    /// What every connection's uploads hold together (L31, L51).
+    upload_totals: crate::uploads::UploadTotals,
     outputs: VecDeque<Output>,
     events: VecDeque<AgentEvent>,
     /// The latest `now` any input carried: the clock for bookkeeping deep in a call chain.
@@ -243,7 +251,8 @@ impl Gateway {
             sweep_slot: None,
             prompts_slot: None,
             timers_compact_at: TIMERS_COMPACT_MIN,
-            upload_speculation: 0,
+            throttle: Default::default(),
+            upload_totals: Default::default(),
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             now: Time::ZERO,
@@ -269,6 +278,7 @@ impl Gateway {
             devices_known: self.devices.len(),
             open_uploads: conns.clone().map(|c| c.uploads.open_count()).sum(),
             upload_bytes: conns.map(|c| c.uploads.buffered()).sum(),
+            upload_held: self.upload_totals.held(),
             held_bytes: self.devices.values().map(|d| d.hold.bytes()).sum(),
             open_prompts: self.prompts.open_count(),
             dedup_entries: self.seen.len() + self.delivered.len(),
@@ -366,6 +376,7 @@ impl Gateway {
                         self.seen.expire(now);
                         self.delivered.expire(now);
                         self.prompts.expire_closed(now);
+                        self.throttle.sweep(now);
                         self.arm_sweep(now);
                     }
                 }
@@ -448,7 +459,7 @@ impl Gateway {
         let Some(c) = self.conns.remove(&conn) else {
             return false;
         };
-        self.upload_speculation -= c.uploads.speculative();
+        self.upload_totals.update(c.uploads.footprint(), Default::default());
         if let ConnState::Ready {
             device,
             role: Role::Device,
@@ -531,7 +542,7 @@ impl Gateway {
     }
 
     fn arm_sweep(&mut self, now: Time) {
-        if !(self.seen.is_empty() && self.delivered.is_empty()) {
+        if !(self.seen.is_empty() && self.delivered.is_empty() && self.throttle.is_empty()) {
             let at = now + self.config.dedup_window / 10;
             self.timers.arm(&mut self.sweep_slot, at, TimerKey::Sweep);
         }
@@ -543,11 +554,11 @@ impl Gateway {
         if !claim(&mut c.stall_slot, at) {
             return;
         }
-        let before = c.uploads.speculative();
+        let before = c.uploads.footprint();
         for id in c.uploads.expire(now, stall) {
             log::debug!("{conn:?}: dropped stalled upload {id:?} (U5)");
         }
-        self.upload_speculation = self.upload_speculation - before + c.uploads.speculative();
+        self.upload_totals.update(before, c.uploads.footprint());
         if let Some(next) = c.uploads.next_deadline(stall) {
             self.timers.arm(&mut c.stall_slot, next, TimerKey::Uploads(conn));
         }

@@ -63,11 +63,28 @@ impl Gateway {
                 let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
                     .map_err(CommandError::InvalidPrompt)?;
                 let frame = card.frame(now);
-                // (a): what the notification shows of it: the command, or the question.
+                let hidden = card.hidden_chars();
+                if hidden {
+                    // L49: the log shows what will run, escaped (L29).
+                    log::warn!(
+                        "card {:?} for {device:?} holds hidden characters: text {:?}, command {:?}, description {:?}",
+                        card.id.as_str(),
+                        card.text,
+                        card.command,
+                        card.description
+                    );
+                }
+                // (a): what the notification shows of it: the command, or the question,
+                // with hidden characters shown (preview reveals them) and a warning.
+                let shown = preview(card.command.as_deref().unwrap_or(&card.text));
                 let notice = NotifyEvent::Card {
                     prompt: card.id.clone(),
                     kind: card.kind,
-                    text: preview(card.command.as_deref().unwrap_or(&card.text)),
+                    text: if hidden {
+                        format!("\u{26A0} hidden characters: {shown}")
+                    } else {
+                        shown
+                    },
                     ttl: card.expires_at.since(now),
                 };
                 self.prompts.insert(card);

@@ -215,6 +215,10 @@ pub struct Prompt<'a> {
     #[serde(borrow)]
     pub session: Cow<'a, str>,
     pub timeout_seconds: u64,
+    /// The card's text, command, description or an option's label holds a character a
+    /// person cannot see (issue 23 #4, L49): the app shows each one and warns.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hidden_chars: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
