@@ -1,8 +1,10 @@
-//! `abuse`: every hostile peer of issue 8 at once, for `--seconds`, while one well-behaved
-//! client does text turns; then 30 s of quiet. It reports the server's peak RSS, its RSS
-//! after the quiet, the good client's latency with and without the abuse, whether the
-//! server survived, and whether its sockets came back to the live clients. Loopback only,
-//! bounded in threads, sockets, rates and time.
+//! `abuse`: every hostile peer of issues 8 and 23 at once (or those `--only` names), for
+//! `--seconds`, while one well-behaved client does text turns; then 30 s of quiet. It
+//! reports the server's peak RSS, its RSS after the quiet, the good client's latency with
+//! and without the abuse, whether the server survived, and whether its sockets came back to
+//! the live clients. Loopback only, bounded in threads, sockets, rates and time.
+
+mod memory;
 
 use std::io::Write;
 use std::net::TcpStream;
@@ -26,6 +28,8 @@ struct Shared {
     stop: AtomicBool,
     /// Abusive operations done, for the report.
     ops: AtomicU64,
+    /// What the memory attacks did and saw, each on its own.
+    memory: memory::Tallies,
 }
 
 impl Shared {
@@ -246,43 +250,64 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
         .unwrap_or_default()
 }
 
-pub fn run(url: &str, token: &str, seconds: u64, pid: u32) {
+type Abuser = fn(&Shared, usize);
+
+/// Every abuser: its name for `--only`, how many threads run it, and what a thread does
+/// (given its index).
+const ABUSERS: [(&str, usize, Abuser); 10] = [
+    ("slowloris", 1, |s, _| slowloris(s)),
+    ("idle-unauthenticated", 1, |s, _| idle_unauthenticated(s)),
+    ("throwaway-devices", 1, |s, _| throwaway_devices(s)),
+    ("repeated-chunks", 1, |s, _| repeated_chunks(s)),
+    ("card-spam", 1, |s, _| card_spam(s)),
+    ("reconnect-storm", 1, |s, _| reconnect_storm(s)),
+    ("non-readers", 4, non_reader),
+    ("stalled-uploads", 2, stalled_uploads),
+    ("minted-uploads", memory::UPLOAD_THREADS, memory::minted_uploads),
+    ("half-messages", 1, |s, _| memory::half_messages(s)),
+];
+
+/// The abusers `--only` names (every one without it), or the names it got wrong.
+fn select(only: Option<&[String]>) -> Result<Vec<(&'static str, usize, Abuser)>, String> {
+    let Some(names) = only else {
+        return Ok(ABUSERS.to_vec());
+    };
+    if let Some(bad) = names.iter().find(|n| !ABUSERS.iter().any(|a| a.0 == n.as_str())) {
+        let known: Vec<&str> = ABUSERS.iter().map(|a| a.0).collect();
+        return Err(format!("no abuser {bad:?}; known: {}", known.join(", ")));
+    }
+    Ok(ABUSERS.into_iter().filter(|a| names.iter().any(|n| n == a.0)).collect())
+}
+
+pub fn run(url: &str, token: &str, seconds: u64, pid: u32, only: Option<&[String]>) {
+    let abusers = select(only).unwrap_or_else(|e| {
+        eprintln!("abuse: {e}");
+        std::process::exit(2)
+    });
     let s = Arc::new(Shared {
         url: url.to_owned(),
         token: token.to_owned(),
         stop: AtomicBool::new(false),
         ops: AtomicU64::new(0),
+        memory: memory::Tallies::default(),
     });
     let idle_rss = proc_stat::rss_kib(pid);
     println!("abuse: server pid {pid}, idle RSS {idle_rss} KiB; 10 s of good turns alone first");
     let calm = good_client(&s, 10, "calm");
 
-    type Abuser = fn(&Shared);
+    let names: Vec<&str> = abusers.iter().map(|a| a.0).collect();
+    println!("abuse: {}", names.join(", "));
     let mut threads = Vec::new();
-    let solo: [(&str, Abuser); 6] = [
-        ("slowloris", slowloris),
-        ("idle-unauthenticated", idle_unauthenticated),
-        ("throwaway-devices", throwaway_devices),
-        ("repeated-chunks", repeated_chunks),
-        ("card-spam", card_spam),
-        ("reconnect-storm", reconnect_storm),
-    ];
-    for (name, f) in solo {
-        let s = Arc::clone(&s);
-        threads.push(
-            std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || f(&s))
-                .expect("thread"),
-        );
-    }
-    for t in 0..4 {
-        let s = Arc::clone(&s);
-        threads.push(std::thread::spawn(move || non_reader(&s, t)));
-    }
-    for t in 0..2 {
-        let s = Arc::clone(&s);
-        threads.push(std::thread::spawn(move || stalled_uploads(&s, t)));
+    for (name, count, f) in abusers {
+        for t in 0..count {
+            let s = Arc::clone(&s);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{name}-{t}"))
+                    .spawn(move || f(&s, t))
+                    .expect("thread"),
+            );
+        }
     }
     let sampler = {
         let s = Arc::clone(&s);
@@ -307,6 +332,12 @@ pub fn run(url: &str, token: &str, seconds: u64, pid: u32) {
         "abuse: {} abusive operations over {seconds} s; server CPU {cpu:.1} s",
         s.ops.load(Ordering::Relaxed)
     );
+    if names.contains(&"minted-uploads") {
+        println!("{}", s.memory.minted_uploads.report("minted-uploads", "parts sent"));
+    }
+    if names.contains(&"half-messages") {
+        println!("{}", s.memory.half_messages.report("half-messages", "messages begun"));
+    }
     println!("abuse: peak RSS {peak} KiB ({:.1} MiB)", peak as f64 / 1024.0);
     println!(
         "abuse: good client alone: {} turns, p50 {:?}, p99 {:?}",
@@ -335,5 +366,20 @@ pub fn run(url: &str, token: &str, seconds: u64, pid: u32) {
             println!("abuse: /healthz after: {h}");
         }
         None => println!("abuse: /healthz did not answer"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_runs_the_abusers_it_names() {
+        let only = ["half-messages".to_owned(), "minted-uploads".to_owned()];
+        let names: Vec<&str> = select(Some(&only)).unwrap().iter().map(|a| a.0).collect();
+        assert_eq!(names, ["minted-uploads", "half-messages"]);
+        assert_eq!(select(None).unwrap().len(), ABUSERS.len());
+        let err = select(Some(&["half-message".to_owned()])).err().unwrap();
+        assert!(err.contains("half-message") && err.contains("half-messages"), "{err}");
     }
 }

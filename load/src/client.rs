@@ -25,6 +25,8 @@ pub fn is_loopback_url(url: &str) -> bool {
     host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 pub struct Client {
     ws: WebSocket<TcpStream>,
 }
@@ -42,7 +44,7 @@ impl Client {
         }
         let stream = TcpStream::connect(addr)?;
         stream.set_nodelay(true)?;
-        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        stream.set_read_timeout(Some(READ_TIMEOUT))?;
         let (ws, _) = tungstenite::client(url, stream).map_err(err)?;
         Ok(Client { ws })
     }
@@ -59,6 +61,30 @@ impl Client {
                 _ => {}
             }
         }
+    }
+
+    /// A frame if one comes within `wait` (a ping or pong counts as none), so one thread can
+    /// watch many connections. A read cut by the timeout resumes where it stopped.
+    pub fn recv_within(&mut self, wait: Duration) -> io::Result<Option<Value>> {
+        self.ws.get_mut().set_read_timeout(Some(wait))?;
+        let read = self.ws.read();
+        self.ws.get_mut().set_read_timeout(Some(READ_TIMEOUT))?;
+        match read {
+            Ok(Message::Text(t)) => serde_json::from_str(t.as_str()).map(Some).map_err(err),
+            Ok(Message::Close(_)) => Err(err("closed")),
+            Ok(_) => Ok(None),
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(err(e)),
+        }
+    }
+
+    /// The socket under the WebSocket, for writing frames by hand.
+    pub fn into_stream(self) -> TcpStream {
+        self.ws.into_inner()
     }
 
     pub fn hello(&mut self, token: &str, device: &str) -> io::Result<Value> {

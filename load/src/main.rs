@@ -10,7 +10,7 @@
 //! hermes-mobile-load upload --size 8388608 --chunk 3145728 --count 20
 //! hermes-mobile-load soak   --clients 32 --rate 2000 --seconds 600 --sample 10 --pid PID
 //! hermes-mobile-load smoke  [--upload 8388608]
-//! hermes-mobile-load abuse  --seconds 60 --pid PID
+//! hermes-mobile-load abuse  --seconds 60 --pid PID [--only minted-uploads,half-messages]
 //! ```
 //! Common: `--url ws://127.0.0.1:8787/ws`, `--token T` (else `MOBILE_TOKEN`).
 
@@ -43,6 +43,7 @@ struct Opts {
     rate: u64,
     sample: u64,
     upload: usize,
+    only: Option<Vec<String>>,
 }
 
 fn usage() -> ! {
@@ -71,6 +72,7 @@ fn parse() -> Opts {
         rate: 1000,
         sample: 5,
         upload: 0,
+        only: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage());
@@ -87,6 +89,7 @@ fn parse() -> Opts {
             "--count" => o.count = num() as usize,
             "--rate" => o.rate = num(),
             "--sample" => o.sample = num(),
+            "--only" => o.only = Some(value.split(',').map(str::to_owned).collect()),
             "--upload" if num() <= 8 * 1024 * 1024 => o.upload = num() as usize,
             _ => usage(),
         }
@@ -123,7 +126,7 @@ fn main() {
                 eprintln!("abuse needs --pid of the server");
                 std::process::exit(2)
             });
-            abuse::run(&o.url, &o.token, o.seconds, pid)
+            abuse::run(&o.url, &o.token, o.seconds, pid, o.only.as_deref())
         }
         "smoke" => {
             if let Err(e) = smoke::run(&o.url, &o.token, o.upload) {
