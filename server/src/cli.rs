@@ -85,7 +85,8 @@ fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
 /// service's settings file names the state directory).
 fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config::ServerConfig, (String, i32)> {
     let l = env_file::layered(env, args, env_file::Unreadable::Fail).map_err(|e| (e.to_string(), 2))?;
-    let mut config = config::parse(&l.env, &l.args).map_err(|e| (e, 2))?;
+    let s = config::secrets::resolve(&l.env, &l.args, &config::secrets::read_secret_file).map_err(|e| (e, 2))?;
+    let mut config = config::parse(&s.env, &s.args).map_err(|e| (e, 2))?;
     if let Some(file) = l.file.filter(|_| !config.token_given) {
         // Creating a token here would leave it owned by root, unreadable by the service.
         let path = config.state_dir.join("token");
@@ -106,7 +107,12 @@ fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config
 }
 
 fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let mut config = match config::parse(env, args) {
+    // L55: secrets from files (systemd credentials, Docker secrets) before the settings.
+    let secrets = match config::secrets::resolve(env, args, &config::secrets::read_secret_file) {
+        Ok(r) => r,
+        Err(e) => return fail(e, 2),
+    };
+    let mut config = match config::parse(&secrets.env, &secrets.args) {
         Ok(c) => c,
         Err(e) => return fail(e, 2),
     };
@@ -119,6 +125,10 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     if let Some(warning) = &config.log_warning {
         log::warn!("{warning}");
     }
+    for warning in &secrets.warnings {
+        log::warn!("{warning}");
+    }
+    let env = &secrets.env;
     let mut show_token = false;
     match resolve_token(&mut config) {
         Ok(TokenOrigin::Created(path)) if env.contains_key("INVOCATION_ID") => {
@@ -138,7 +148,7 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
             );
             show_token = true;
         }
-        Ok(TokenOrigin::Stored(path)) => log::info!("using the app token kept in {}", path.display()),
+        Ok(TokenOrigin::Stored(path)) => log::info!("using the app token kept in {:?}", path),
         Ok(TokenOrigin::Configured) => log::info!("using the app token from MOBILE_TOKEN"),
         Err(e) => return fail(e, 1),
     }

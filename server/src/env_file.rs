@@ -100,7 +100,7 @@ pub fn layered(env: &HashMap<String, String>, args: &[String], unreadable: Unrea
         Ok(t) => t,
         Err(e) if e.kind() == io::ErrorKind::NotFound && !required => return Ok(no_file(args)),
         Err(e) if !required && unreadable == Unreadable::Skip => {
-            log::debug!("not reading {}: {e}", path.display());
+            log::debug!("not reading {:?}: {e}", path);
             return Ok(no_file(args));
         }
         Err(e) => return Err(cannot_read(&path, &e)),

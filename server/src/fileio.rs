@@ -79,7 +79,7 @@ impl FileWorker {
                     },
                     Job::Persist { path, contents } => {
                         if let Err(e) = persist(&path, &contents) {
-                            log::warn!("could not save {}: {e}", path.display());
+                            log::warn!("could not save {:?}: {e}", path);
                         }
                         continue;
                     }
@@ -87,7 +87,7 @@ impl FileWorker {
                         let contents = slot.lock().map(|mut s| s.take()).unwrap_or_default();
                         if let Some(contents) = contents {
                             if let Err(e) = persist(&path, &contents) {
-                                log::warn!("could not save {}: {e}", path.display());
+                                log::warn!("could not save {:?}: {e}", path);
                             }
                         }
                         continue;
@@ -143,7 +143,7 @@ impl FileWorker {
         let slot = self.latest.entry(path.clone()).or_default().clone();
         let waiting = match slot.lock() {
             Ok(mut s) => s.replace(contents).is_some(),
-            Err(_) => return log::error!("the file worker has stopped; {} can no longer be saved", path.display()),
+            Err(_) => return log::error!("the file worker has stopped; {path:?} can no longer be saved"),
         };
         if !waiting {
             self.submit(|_| Job::PersistLatest { path, slot });
@@ -185,7 +185,7 @@ fn save(store: &mut MediaStore, event: &AgentEvent) -> io::Result<PathBuf> {
         (None, None) => return Err(io::Error::other("nothing to save")),
     };
     match &result {
-        Ok(path) => log::debug!("device {device:?}: saved {}", path.display()),
+        Ok(path) => log::debug!("device {device:?}: saved {:?}", path),
         Err(e) => log::warn!("device {device:?}: could not save an upload under the state directory: {e}"),
     }
     result

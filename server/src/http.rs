@@ -11,10 +11,13 @@ const MAX_HEADERS: usize = 32;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
     /// `GET /ws` with a valid WebSocket upgrade: the 101 response to send, and whether the
-    /// request carried `Forwarded` or `X-Forwarded-For` (decisions S1).
+    /// request carried a header a proxy adds (decisions S1, L53: [`PROXY_HEADERS`]).
     Upgrade {
         response: Vec<u8>,
         forwarded: bool,
+        /// The client's address as a proxy reported it (L52: whose failed hellos count,
+        /// when the peer is a local proxy).
+        client: Option<std::net::IpAddr>,
         /// `GET /agent`: an agent on the agent link, not a phone.
         agent: bool,
     },
@@ -35,12 +38,35 @@ pub enum Head {
     Complete { route: Route, len: usize, path: String },
 }
 
+/// Headers that show a request came through a proxy or a forwarder (S1, L53). nginx's
+/// common `X-Real-IP` template, Cloudflare and Akamai set their own; `Via` is the standard
+/// one for any intermediary.
+const PROXY_HEADERS: [&str; 6] = [
+    "forwarded",
+    "x-forwarded-for",
+    "x-real-ip",
+    "cf-connecting-ip",
+    "true-client-ip",
+    "via",
+];
+
+/// Every response says `nosniff` (issue 23 #8): a browser never guesses a type.
 pub fn response(status: &str, content_type: &str, body: &str, extra: &str) -> Vec<u8> {
     format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n{extra}\r\n{body}",
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nX-Content-Type-Options: nosniff\r\nConnection: close\r\n{extra}\r\n{body}",
         body.len()
     )
     .into_bytes()
+}
+
+/// 405 for a method a route does not take, with the ones it does (RFC 9110 15.5.6).
+fn not_allowed(allow: &str) -> Route {
+    Route::Reply(response(
+        "405 Method Not Allowed",
+        "text/plain; charset=utf-8",
+        "method not allowed\n",
+        &format!("Allow: {allow}\r\n"),
+    ))
 }
 
 fn text(status: &str, body: &str) -> Vec<u8> {
@@ -97,6 +123,7 @@ pub fn parse(buf: &[u8]) -> Head {
         ("GET", "/ws") => upgrade(req.headers, false),
         ("GET", "/agent") => upgrade(req.headers, true),
         ("GET", "/healthz") => Route::Health,
+        (_, "/ws" | "/agent" | "/healthz") if method != "GET" => not_allowed("GET"),
         ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
             path: path.clone(),
             head_only: method == "HEAD",
@@ -105,7 +132,7 @@ pub fn parse(buf: &[u8]) -> Head {
                 .map(str::to_owned),
             host: header(req.headers, "host").and_then(crate::web::clean_host),
         }),
-        _ => Route::Reply(text("404 Not Found", "not found")),
+        _ => not_allowed("GET, HEAD"),
     };
     complete(route, len, &path)
 }
@@ -149,15 +176,48 @@ fn upgrade(headers: &[httparse::Header<'_>], agent: bool) -> Route {
         ));
     };
     let accept = tungstenite::handshake::derive_accept_key(key);
-    let forwarded = header(headers, "forwarded").is_some() || header(headers, "x-forwarded-for").is_some();
+    let forwarded = PROXY_HEADERS.iter().any(|name| header(headers, name).is_some());
     let response =
         format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {accept}\r\n\r\n")
             .into_bytes();
     Route::Upgrade {
         response,
         forwarded,
+        client: client_address(headers),
         agent,
     }
+}
+
+/// The client's address as a proxy reports it: the single-address headers first, then
+/// the last `X-Forwarded-For` entry and the last `Forwarded: for=` (what the nearest proxy
+/// appended; earlier entries are the client's own word).
+fn client_address(headers: &[httparse::Header<'_>]) -> Option<std::net::IpAddr> {
+    let value = |name| header(headers, name).and_then(|v| std::str::from_utf8(v).ok());
+    let parse = |s: &str| -> Option<std::net::IpAddr> {
+        let s = s.trim().trim_matches('"');
+        let s = s.strip_prefix('[').map_or(s, |v6| v6.split(']').next().unwrap_or(v6));
+        s.parse()
+            .ok()
+            .or_else(|| s.rsplit_once(':').and_then(|(ip, _port)| ip.parse().ok()))
+    };
+    for name in ["x-real-ip", "cf-connecting-ip", "true-client-ip"] {
+        if let Some(ip) = value(name).and_then(parse) {
+            return Some(ip);
+        }
+    }
+    if let Some(ip) = value("x-forwarded-for")
+        .and_then(|v| v.rsplit(',').next())
+        .and_then(parse)
+    {
+        return Some(ip);
+    }
+    let forwarded = value("forwarded")?;
+    let last = forwarded.rsplit(',').next()?;
+    let for_ = last.split(';').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("for").then_some(v)
+    })?;
+    parse(for_)
 }
 
 #[cfg(test)]
@@ -211,13 +271,50 @@ mod tests {
 
     #[test]
     fn proxy_headers_are_noticed() {
-        // decisions S1
-        for h in ["X-Forwarded-For: 1.2.3.4", "forwarded: for=1.2.3.4"] {
-            assert!(matches!(
-                route(&format!("{UPGRADE}{h}\r\n\r\n")),
-                Route::Upgrade { forwarded: true, .. }
-            ));
+        // decisions S1, L53 (issue 23 #7): every header a proxy or forwarder adds.
+        let cases = [
+            ("X-Forwarded-For: 10.9.8.7, 1.2.3.4", Some("1.2.3.4")),
+            (
+                "forwarded: for=9.9.9.9, for=\"[2001:db8::1]:4711\";proto=https",
+                Some("2001:db8::1"),
+            ),
+            ("X-Real-IP: 1.2.3.4", Some("1.2.3.4")),
+            ("CF-Connecting-IP: 2001:db8::2", Some("2001:db8::2")),
+            ("True-Client-IP: 5.6.7.8", Some("5.6.7.8")),
+            ("Via: 1.1 proxy", None),
+            ("X-Real-IP: not-an-address", None),
+        ];
+        for (h, ip) in cases {
+            match route(&format!("{UPGRADE}{h}\r\n\r\n")) {
+                Route::Upgrade { forwarded, client, .. } => {
+                    assert!(forwarded, "{h}");
+                    assert_eq!(client, ip.map(|ip| ip.parse().unwrap()), "{h}");
+                }
+                other => panic!("{other:?}"),
+            }
         }
+    }
+
+    #[test]
+    fn other_methods_get_405_with_allow_and_every_answer_says_nosniff() {
+        // issue 23 #8
+        for (req, allow) in [
+            ("DELETE / HTTP/1.1\r\n\r\n", "GET, HEAD"),
+            ("POST /ws HTTP/1.1\r\n\r\n", "GET"),
+            ("PUT /healthz HTTP/1.1\r\n\r\n", "GET"),
+            ("OPTIONS /app.js HTTP/1.1\r\n\r\n", "GET, HEAD"),
+        ] {
+            let Route::Reply(bytes) = route(req) else {
+                panic!("{req}")
+            };
+            let text = String::from_utf8(bytes).unwrap();
+            assert!(text.starts_with("HTTP/1.1 405"), "{text}");
+            assert!(text.contains(&format!("\r\nAllow: {allow}\r\n")), "{text}");
+            assert!(text.contains("\r\nX-Content-Type-Options: nosniff\r\n"), "{text}");
+        }
+        assert!(String::from_utf8(response("200 OK", "a/b", "", ""))
+            .unwrap()
+            .contains("nosniff"));
     }
 
     #[test]
@@ -227,8 +324,6 @@ mod tests {
         assert!(matches!(route("GET /other HTTP/1.1\r\n\r\n"), Route::Asset(a) if a.path == "/other" && !a.head_only));
         assert!(matches!(route("HEAD /?x=1 HTTP/1.1\r\nIf-None-Match: \"e\"\r\n\r\n"),
             Route::Asset(a) if a.path == "/" && a.head_only && a.if_none_match.as_deref() == Some("\"e\"")));
-        assert!(status(&route("DELETE / HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
-        assert!(status(&route("POST /ws HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 404"));
         assert!(status(&route("\x01\x02 nonsense\r\n\r\n")).starts_with("HTTP/1.1 400"));
     }
 

@@ -30,8 +30,10 @@ USAGE:
   --file PATH      a file to attach (at most 8 MiB)
   --kind KIND      image, voice, video, document or animation [default: from the file name]
   --url URL        the gateway [default: ws://127.0.0.1:$MOBILE_PORT/ws, port 8787]
-  --token TOKEN    [default: the first MOBILE_DELIVER_TOKENS entry, else MOBILE_TOKEN,
-                   else the token in the state directory]
+  --token-file PATH  read the token from this file (0600) [default: the first
+                   MOBILE_DELIVER_TOKENS entry, else MOBILE_TOKEN (each also from its _FILE
+                   variable, e.g. in the env file), else the token in the state directory]
+  --token TOKEN    works, but every local user can read it in /proc: prefer the above
   --id ID          the delivery id; repeat it to retry without sending twice [default: new]
   --device ID      the device id this sender says hello as [default: hermes-send-<from
                    the delivery id>, so that two jobs at once never replace each other and a
@@ -52,6 +54,7 @@ struct Args {
     kind: Option<String>,
     url: Option<String>,
     token: Option<String>,
+    token_file: Option<PathBuf>,
     id: Option<String>,
     device: Option<String>,
     timeout: Duration,
@@ -65,6 +68,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
         kind: None,
         url: None,
         token: None,
+        token_file: None,
         id: None,
         device: None,
         timeout: Duration::from_secs(10),
@@ -89,6 +93,7 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             "--kind" => a.kind = Some(value()?),
             "--url" => a.url = Some(value()?),
             "--token" => a.token = Some(value()?),
+            "--token-file" => a.token_file = Some(PathBuf::from(value()?)),
             "--id" => a.id = Some(value()?),
             "--device" => a.device = Some(value()?),
             "--timeout" => {
@@ -102,6 +107,9 @@ fn parse_args(args: &[String]) -> Result<Args, String> {
             other => return Err(format!("unknown option {other:?} (see send --help)")),
         }
         i += 1;
+    }
+    if a.token.is_some() && a.token_file.is_some() {
+        return Err("give --token or --token-file, not both".into());
     }
     if a.text.is_none() && a.file.is_none() {
         return Err("nothing to send: give --text and/or --file".into());
@@ -136,7 +144,7 @@ fn default_token(env: &HashMap<String, String>) -> Result<String, String> {
         .map(|t| t.trim().to_owned())
         .map_err(|_| {
             format!(
-                "no token: pass --token, or set MOBILE_DELIVER_TOKENS or MOBILE_TOKEN (none in {})",
+                "no token: set MOBILE_DELIVER_TOKENS (or MOBILE_DELIVER_TOKENS_FILE) in the env file, or pass --token-file (no token in {} either)",
                 dir.display()
             )
         })
@@ -174,14 +182,43 @@ pub fn run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         print!("{HELP}");
         return EXIT_DELIVERED;
     }
-    let args = match parse_args(args) {
+    let mut args = match parse_args(args) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("hermes-mobile send: {e}");
             return EXIT_USAGE;
         }
     };
-    match deliver(env, &args) {
+    // L55: secrets from files: --token-file, and the *_FILE variables of the env file.
+    let env = match crate::config::secrets::resolve(env, &[], &crate::config::secrets::read_secret_file) {
+        Ok(r) => {
+            for w in r.warnings {
+                eprintln!("hermes-mobile send: warning: {w}");
+            }
+            r.env
+        }
+        Err(e) => {
+            eprintln!("hermes-mobile send: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    if let Some(path) = args.token_file.take() {
+        match crate::config::secrets::read_secret_file(&path) {
+            Ok((token, warning)) => {
+                if let Some(w) = warning {
+                    eprintln!("hermes-mobile send: warning: {w}");
+                }
+                args.token = Some(token);
+            }
+            Err(e) => {
+                eprintln!("hermes-mobile send: --token-file {}: {e}", path.display());
+                return EXIT_USAGE;
+            }
+        }
+    } else if args.token.is_some() {
+        eprintln!("hermes-mobile send: warning: --token is visible to every local user (/proc/<pid>/cmdline); use --token-file or MOBILE_DELIVER_TOKENS in the env file");
+    }
+    match deliver(&env, &args) {
         Ok(device) => {
             println!("delivered to {device}");
             EXIT_DELIVERED

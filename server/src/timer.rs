@@ -29,6 +29,8 @@ pub enum ConnTimer {
     /// H7: the request, its upgrade and (on `/agent`) the agent's hello, inside the hello
     /// timeout counted from accept.
     Hello,
+    /// L54: the request head, complete within a few seconds of accept.
+    Head,
     /// K2: ping a quiet connection, close a silent one.
     KeepAlive,
     /// L28: a close that was decided, or whose close frame is out, is over by now: after

@@ -6,10 +6,10 @@ use serde_json::json;
 #[test]
 fn service_connection_delivers_to_a_phone() {
     // decisions S1, S5
-    let server = Server::start(&[("MOBILE_DELIVER_TOKENS", "cron-secret")]);
+    let server = Server::start(&[("MOBILE_DELIVER_TOKENS", "cron-secret-0123456789")]);
     let mut phone = Client::hello(&server, "tel-1");
     let mut cron = Client::connect(&server);
-    cron.send(json!({"t":"hello","token":"cron-secret","device":{"id":"cron"}}));
+    cron.send(json!({"t":"hello","token":"cron-secret-0123456789","device":{"id":"cron"}}));
     assert_eq!(cron.recv()["t"], "ready");
     cron.send(json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"backup done"}));
     assert_eq!(cron.recv(), json!({"t":"delivered","id":"d1","device":"tel-1"}));

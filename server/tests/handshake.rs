@@ -48,14 +48,14 @@ fn first_frame_not_hello_is_bad_frame_and_closed() {
 #[test]
 fn claiming_a_bound_device_is_forbidden() {
     // decisions H2
-    let server = Server::start(&[("MOBILE_EXTRA_TOKENS", "tel-1=bound-secret")]);
+    let server = Server::start(&[("MOBILE_EXTRA_TOKENS", "tel-1=bound-secret-0123456789")]);
     let mut c = Client::connect(&server);
     c.send(json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"}}));
     let (frames, close) = c.closed();
     assert_eq!(frames[0]["code"], "forbidden");
     assert_eq!(close, Some((1008, "forbidden".into())));
     let mut c = Client::connect(&server);
-    c.send(json!({"t":"hello","token":"bound-secret","device":{"id":"tel-1"}}));
+    c.send(json!({"t":"hello","token":"bound-secret-0123456789","device":{"id":"tel-1"}}));
     assert_eq!(c.recv()["t"], "ready");
 }
 

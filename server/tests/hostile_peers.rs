@@ -63,14 +63,15 @@ fn a_device_id_with_a_line_break_cannot_forge_a_log_line() {
     let server = Server::start(&[]);
     let mut c = Client::connect(&server);
     c.send(json!({"t":"hello","token":TOKEN,"device":{"id":"evil\nINFO  [hermes_mobile] INJECTED"}}));
-    assert_eq!(c.recv()["t"], "ready");
+    // Since issue 23 (L50) such an id is refused outright; its log line is escaped all the same.
+    assert_eq!(c.recv()["code"], "bad_frame");
     drop(c);
     wait_until("the hello is logged", Duration::from_secs(10), || {
         server.log_text().contains("INJECTED")
     });
     let log = server.log_text();
     assert!(
-        log.contains(r#"hello as "evil\nINFO  [hermes_mobile] INJECTED""#),
+        log.contains(r#"control or invisible character: "evil\nINFO  [hermes_mobile] INJECTED""#),
         "log: {log}"
     );
     assert!(

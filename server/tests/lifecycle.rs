@@ -27,7 +27,7 @@ fn sigterm_closes_every_connection_with_1001_and_exits_0() {
 fn bad_configuration_stops_start_up_with_one_line() {
     let out = Command::new(binary())
         .env_clear()
-        .env("MOBILE_TOKEN", "t")
+        .env("MOBILE_TOKEN", "t-0123456789abcdef")
         .env("MOBILE_EXTRA_TOKENS", "oops")
         .output()
         .unwrap();
@@ -37,7 +37,7 @@ fn bad_configuration_stops_start_up_with_one_line() {
     assert!(err.contains("device_id=token"));
     let out = Command::new(binary())
         .env_clear()
-        .env("MOBILE_TOKEN", "t")
+        .env("MOBILE_TOKEN", "t-0123456789abcdef")
         .env("MOBILE_PORT", "eighty")
         .output()
         .unwrap();
@@ -50,7 +50,7 @@ fn a_port_in_use_is_a_clear_error() {
     let server = Server::start(&[]);
     let out = Command::new(binary())
         .env_clear()
-        .env("MOBILE_TOKEN", "t")
+        .env("MOBILE_TOKEN", "t-0123456789abcdef")
         .env("MOBILE_HOST", "127.0.0.1")
         .env("MOBILE_PORT", server.port.to_string())
         .output()

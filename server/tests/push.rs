@@ -456,7 +456,7 @@ fn ntfy_gets_one_post_per_event_with_its_headers() {
     let agent = format!("exec:{}", scripted_agent());
     let server = Server::start(&[
         ("MOBILE_NTFY_URL", &url),
-        ("MOBILE_NTFY_TOKEN", "tk_secret123"),
+        ("MOBILE_NTFY_TOKEN", "tk_secret123456789"),
         ("MOBILE_PUBLIC_URL", "https://pi.example/chat/"),
         ("MOBILE_AGENT", &agent),
     ]);
@@ -476,10 +476,10 @@ fn ntfy_gets_one_post_per_event_with_its_headers() {
     assert_eq!(header("Priority").as_deref(), Some("high"));
     assert!(header("Tags").is_some());
     assert!(header("Click").unwrap().starts_with("https://pi.example/chat/#card="));
-    assert_eq!(header("Authorization").as_deref(), Some("Bearer tk_secret123"));
+    assert_eq!(header("Authorization").as_deref(), Some("Bearer tk_secret123456789"));
     assert_eq!(req.body, "rm -rf /tmp/x");
     assert!(
-        !server.log_text().contains("tk_secret123"),
+        !server.log_text().contains("tk_secret123456789"),
         "the ntfy token is never logged"
     );
     let start = Instant::now();

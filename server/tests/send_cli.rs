@@ -24,12 +24,12 @@ fn send(server: &Server, args: &[&str], env: &[(&str, &str)]) -> (i32, String, S
 
 #[test]
 fn delivers_text_and_files_with_exit_0() {
-    let server = Server::start(&[("MOBILE_DELIVER_TOKENS", "cron-secret")]);
+    let server = Server::start(&[("MOBILE_DELIVER_TOKENS", "cron-secret-0123456789")]);
     let mut phone = Client::hello(&server, "tel-1");
     let (code, out, err) = send(
         &server,
         &["--to", "mobile:tel-1", "--text", "backup done"],
-        &[("MOBILE_DELIVER_TOKENS", "cron-secret")],
+        &[("MOBILE_DELIVER_TOKENS", "cron-secret-0123456789")],
     );
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains("delivered to tel-1"));
@@ -46,7 +46,7 @@ fn delivers_text_and_files_with_exit_0() {
             "--file",
             file.to_str().unwrap(),
             "--token",
-            "cron-secret",
+            "cron-secret-0123456789",
         ],
         &[],
     );

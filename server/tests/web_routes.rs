@@ -91,16 +91,21 @@ fn etag_revalidation_gets_304_and_head_gets_headers_only() {
 }
 
 #[test]
-fn unknown_paths_stay_404_and_other_methods_too() {
+fn unknown_paths_stay_404_and_other_methods_get_405() {
     let server = Server::start(&[]);
     for req in [
         "GET /nope HTTP/1.1\r\n\r\n",
         "GET /../Cargo.toml HTTP/1.1\r\n\r\n",
         "GET /favicon.ico HTTP/1.1\r\n\r\n",
-        "POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
     ] {
         assert!(server.http(req).starts_with("HTTP/1.1 404"), "{req:?}");
     }
+    // issue 23 #8: a method the page does not take is 405, with what it takes.
+    let post = server.http("POST / HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert!(
+        post.starts_with("HTTP/1.1 405") && post.contains("Allow: GET, HEAD"),
+        "{post}"
+    );
     let moved = server.http("GET /avatar HTTP/1.1\r\n\r\n");
     assert!(
         moved.starts_with("HTTP/1.1 308") && moved.contains("Location: /avatar/"),

@@ -286,6 +286,11 @@ impl Gateway {
         }
     }
 
+    /// Memory every unfinished upload holds together (L51), for the server's share check.
+    pub fn upload_held(&self) -> usize {
+        self.upload_totals.held()
+    }
+
     /// Decoded bytes held by one device's unfinished uploads (U2).
     pub fn upload_bytes(&self, device: &DeviceId) -> usize {
         self.devices

@@ -9,6 +9,7 @@
 
 mod http;
 mod push;
+pub mod secrets;
 pub mod settings;
 pub mod validate;
 mod values;
@@ -76,6 +77,8 @@ pub struct ServerConfig {
     pub max_queue_bytes: usize,
     /// Frames queued for all clients together (half the memory budget, L36).
     pub max_outbox_total: usize,
+    /// Messages read in part and unfinished uploads together (a quarter, L51).
+    pub max_inbound: usize,
     /// Where the web client's files come from (issue 10).
     pub web_source: WebSource,
     /// The web client's files, once `read_files` has read them; `None` with `MOBILE_WEB=off`.
@@ -189,8 +192,10 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         WebSource::Off | WebSource::Embedded => None,
     };
     let mut core = core;
+    // L36 and L51: one budget, split into shares that add up to it.
     core.max_held_total = budget / 4;
-    core.max_upload_speculation = budget / 8;
+    core.max_upload_total = budget * 3 / 16;
+    core.max_upload_speculation = budget / 16;
     let push = push::push_settings(&|flag| given.get(flag).map(str::to_owned))?;
     let config = ServerConfig {
         push,
@@ -212,6 +217,7 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
         demo_step: seconds("MOBILE_DEMO_STEP", given.value("--demo-step"))?,
         max_queue_bytes: 24 * 1024 * 1024,
         max_outbox_total: budget / 2,
+        max_inbound: budget / 4,
     };
     validate::settings(&config)?;
     Ok(config)
@@ -232,6 +238,11 @@ fn core_config(given: &Given, token: &str) -> Result<Config, String> {
     }
     core.allowed_devices = list(get("--allowed-devices").unwrap_or(""));
     core.deliver_tokens = list(get("--deliver-tokens").unwrap_or(""));
+    core.trust_loopback = match given.value("--trust-loopback").trim().to_ascii_lowercase().as_str() {
+        "" | "on" | "1" | "true" | "yes" => true,
+        "off" | "0" | "false" | "no" => false,
+        other => return Err(format!("MOBILE_TRUST_LOOPBACK must be on or off, got {other:?}")),
+    };
     core.home_device = get("--home-device")
         .map(str::trim)
         .filter(|h| !h.is_empty())
@@ -296,12 +307,12 @@ mod tests {
     #[test]
     fn flags_override_the_environment() {
         let c = parse(
-            &env(&[("MOBILE_PORT", "9000"), ("MOBILE_TOKEN", "t")]),
+            &env(&[("MOBILE_PORT", "9000"), ("MOBILE_TOKEN", "t-0123456789abcdef")]),
             &["--port".into(), "9001".into()],
         )
         .unwrap();
         assert_eq!(c.port, 9001);
-        assert_eq!(c.core.token, "t");
+        assert_eq!(c.core.token, "t-0123456789abcdef");
         let c = parse(&env(&[]), &["--port=0".into()]).unwrap();
         assert_eq!(c.port, 0);
     }
@@ -312,13 +323,16 @@ mod tests {
         let c = parse(
             &env(&[
                 ("MOBILE_ALLOWED_DEVICES", " tel-1, ,tel-2,"),
-                ("MOBILE_EXTRA_TOKENS", "tel-1 = abc ,"),
+                ("MOBILE_EXTRA_TOKENS", "tel-1 = abc-0123456789abcdef ,"),
             ]),
             &[],
         )
         .unwrap();
         assert_eq!(c.core.allowed_devices, ["tel-1", "tel-2"]);
-        assert_eq!(c.core.extra_tokens, [("tel-1".to_owned(), "abc".to_owned())]);
+        assert_eq!(
+            c.core.extra_tokens,
+            [("tel-1".to_owned(), "abc-0123456789abcdef".to_owned())]
+        );
     }
 
     #[test]
@@ -327,6 +341,32 @@ mod tests {
         let err = parse(&env(&[("MOBILE_EXTRA_TOKENS", "s3cret-token")]), &[]).unwrap_err();
         assert!(err.contains("device_id=token"));
         assert!(!err.contains("s3cret"));
+    }
+
+    #[test]
+    fn weak_tokens_stop_start_up_without_echoing_them() {
+        // issue 23 #3, decisions L55: the red team's MOBILE_TOKEN=abc.
+        for (var, value) in [
+            ("MOBILE_TOKEN", "abc"),
+            ("MOBILE_TOKEN", "fifteen-chars!!"),
+            ("MOBILE_EXTRA_TOKENS", "tel-1=abc"),
+            ("MOBILE_DELIVER_TOKENS", "dq7z"),
+        ] {
+            let err = parse(&env(&[(var, value)]), &[]).unwrap_err();
+            assert!(err.contains(var) && err.contains("at least 16"), "{err}");
+            assert!(!err.contains(value.trim_start_matches("tel-1=")), "{err}");
+        }
+        assert!(parse(&env(&[("MOBILE_TOKEN", "sixteen-chars!!!")]), &[]).is_ok());
+        // Unset: generated (C3), long enough by construction.
+        assert!(parse(&env(&[]), &[]).is_ok());
+    }
+
+    #[test]
+    fn trust_loopback_is_on_unless_turned_off() {
+        // decisions L53
+        assert!(parse(&env(&[]), &[]).unwrap().core.trust_loopback);
+        let off = parse(&env(&[("MOBILE_TRUST_LOOPBACK", "off")]), &[]).unwrap();
+        assert!(!off.core.trust_loopback);
     }
 
     #[test]

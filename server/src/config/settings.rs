@@ -46,6 +46,12 @@ pub const SETTINGS: &[Setting] = &[
         help: "the app token; unset: generated once and kept in the state directory",
     },
     Setting {
+        flag: "--token-file",
+        env: "MOBILE_TOKEN_FILE",
+        default: DefaultValue::Unset,
+        help: "read the app token from this file (systemd credentials, Docker secrets); every secret has one: --extra-tokens-file, --deliver-tokens-file, --agent-token-file, --ntfy-token-file, MOBILE_AGENT_KEY_FILE",
+    },
+    Setting {
         flag: "--extra-tokens",
         env: "MOBILE_EXTRA_TOKENS",
         default: DefaultValue::Unset,
@@ -62,6 +68,12 @@ pub const SETTINGS: &[Setting] = &[
         env: "MOBILE_DELIVER_TOKENS",
         default: DefaultValue::Unset,
         help: "service tokens that may `deliver` (cron, `hermes-mobile send`)",
+    },
+    Setting {
+        flag: "--trust-loopback",
+        env: "MOBILE_TRUST_LOOPBACK",
+        default: DefaultValue::Value("on"),
+        help: "on: a loopback peer with no proxy header may `deliver` without a deliver token; off: only deliver tokens (use off behind ssh -L, stunnel or any TCP forwarder)",
     },
     Setting {
         flag: "--home-device",
@@ -247,13 +259,13 @@ pub const SETTINGS: &[Setting] = &[
         flag: "--max-connections",
         env: "MOBILE_MAX_CONNECTIONS",
         default: DefaultValue::Value("1024"),
-        help: "connections beyond this are refused with 503",
+        help: "sockets held at most; a quarter for those not yet past hello (16 per address), the oldest of which make room for new ones; past it, 503",
     },
     Setting {
         flag: "--memory-budget",
         env: "MOBILE_MEMORY_BUDGET",
         default: DefaultValue::Value("128"),
-        help: "MiB for frames queued to clients (1/2), output held for offline phones (1/4) and upload room (1/8)",
+        help: "MiB for frames queued to clients (1/2), output held for offline phones (1/4), and messages read in part with unfinished uploads (1/4)",
     },
     Setting {
         flag: "--log-level",
@@ -303,7 +315,7 @@ pub fn help() -> String {
         ": a Protocol v1 gateway between a phone app and your AI agent\n\n",
         "USAGE:\n",
         "  hermes-mobile [serve] [OPTIONS]    serve ws://HOST:PORT/ws (default: {host}:{port}) with the agent of --agent\n",
-        "  hermes-mobile send --to mobile:ID (--text TEXT | --file PATH) [--kind KIND] [--url URL] [--token TOKEN] [--id ID]\n",
+        "  hermes-mobile send --to mobile:ID (--text TEXT | --file PATH) [--kind KIND] [--url URL] [--token-file PATH] [--id ID]\n",
         "                                     deliver a message to a phone, as cron would (`hermes-mobile send --help`)\n",
         "  hermes-mobile token [--state-dir DIR] [--env-file PATH]\n",
         "                                     print the app token in use, for pairing a phone\n",
@@ -343,8 +355,10 @@ pub fn help() -> String {
         "(Hermes' `mobile` plugin does); while none is connected, phones' messages wait, bounded.\n\n",
         "`token` and `send` also read the service's settings from /etc/hermes-mobile/hermes-mobile.env\n",
         "when it exists (the environment wins; --env-file PATH names another, --env-file '' none).\n\n",
-        "Behind a reverse proxy (wss://), keep the proxy adding X-Forwarded-For: loopback peers that\n",
-        "carry it may not `deliver` without a deliver token.\n",
+        "Behind a reverse proxy (wss://), keep the proxy adding X-Forwarded-For (or X-Real-IP, Forwarded,\n",
+        "Via): loopback peers that carry one may not `deliver` without a deliver token.\n",
+        "Tokens are at least 16 characters. Secrets given as flags are visible to every local user:\n",
+        "prefer the *_FILE variables, the --*-file flags or the env file.\n",
     ));
     out
 }

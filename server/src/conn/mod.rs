@@ -18,11 +18,14 @@ use tungstenite::{Message, WebSocket};
 use crate::http::MAX_HEAD_BYTES;
 use crate::timer::KeepAlive;
 
+mod counted;
 mod lifecycle;
+pub mod slots;
 mod table;
 
+use counted::Counted;
 pub use lifecycle::Lifecycle;
-pub use table::Connections;
+pub use table::{source_of, Connections};
 
 /// Bytes of small frames gathered before tungstenite writes them out.
 const WRITE_BATCH: usize = 16 * 1024;
@@ -87,20 +90,33 @@ fn discard_input(stream: &mut TcpStream) -> io::Result<Discarded> {
 pub enum Phase {
     /// Reading the request head.
     Http { stream: TcpStream, head: Vec<u8> },
-    /// Writing a response; then either upgrading (with the bytes read past the head) or closing.
+    /// Writing a response; then either upgrading or closing.
     Respond {
         stream: TcpStream,
         out: Vec<u8>,
         written: usize,
-        upgrade: Option<(Vec<u8>, bool, bool)>,
+        upgrade: Option<Upgrade>,
     },
     /// A plain response is out and our side is shut: read and discard until the peer closes,
     /// so unread request bytes do not turn the close into a reset that eats the response.
     Drain(TcpStream),
     /// Speaking WebSocket.
-    Ws(Box<WebSocket<TcpStream>>),
+    Ws(Box<WebSocket<Counted>>),
     /// Done: waiting to be freed after the current batch of events.
     Dead,
+}
+
+/// A WebSocket the response upgrades to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgrade {
+    /// Bytes read past the head: the first frames.
+    pub leftover: Vec<u8>,
+    /// The request carried a proxy's header (S1, L53).
+    pub forwarded: bool,
+    /// The client's address as the proxy gave it (L52).
+    pub client: Option<std::net::IpAddr>,
+    /// `/agent`: an agent on the link, not a phone.
+    pub agent: bool,
 }
 
 /// Who is at the other end. It decides how much is read per turn (L35) and where
@@ -192,9 +208,8 @@ impl Conn {
     }
 
     /// The request head is read: answer it with `out`, then close (a plain response) or
-    /// upgrade (`upgrade`: the bytes read past the head, whether via a proxy, whether for
-    /// `/agent`).
-    pub fn respond(&mut self, out: Vec<u8>, upgrade: Option<(Vec<u8>, bool, bool)>) {
+    /// upgrade.
+    pub fn respond(&mut self, out: Vec<u8>, upgrade: Option<Upgrade>) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
         if let Phase::Http { stream, .. } = phase {
             self.phase = Phase::Respond {
@@ -207,7 +222,7 @@ impl Conn {
     }
 
     /// The upgrade the written response was for, if any (asked once).
-    pub fn take_upgrade(&mut self) -> Option<(Vec<u8>, bool, bool)> {
+    pub fn take_upgrade(&mut self) -> Option<Upgrade> {
         match &mut self.phase {
             Phase::Respond { upgrade, .. } => upgrade.take(),
             _ => None,
@@ -307,7 +322,7 @@ impl Conn {
     pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
             Phase::Http { stream, .. } | Phase::Respond { stream, .. } | Phase::Drain(stream) => Some(stream),
-            Phase::Ws(ws) => Some(ws.get_mut()),
+            Phase::Ws(ws) => Some(ws.get_mut().stream_mut()),
             Phase::Dead => None,
         }
     }
@@ -374,22 +389,31 @@ impl Conn {
     pub fn upgrade(&mut self, leftover: Vec<u8>, now: Instant) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
         if let Phase::Respond { stream, .. } = phase {
+            let stream = Counted::new(stream);
             let ws = WebSocket::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config()));
             self.phase = Phase::Ws(Box::new(ws));
             self.life = Lifecycle::open(now);
         }
     }
 
+    /// Bytes of a message read in part: what tungstenite holds of it (L51).
+    pub fn partial_bytes(&self) -> usize {
+        match &self.phase {
+            Phase::Ws(ws) => ws.get_ref().partial(),
+            _ => 0,
+        }
+    }
+
     /// Reads whole messages, up to [`READ_BUDGET`]. `Err` ends the connection (closed or
-    /// broken).
-    pub fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<Drained, String> {
+    /// broken). Only through [`Connections::read_ws`], which keeps the partial total.
+    fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<Drained, String> {
         // Control frames count too: a flood of pings is work as well.
         let budget = if self.authenticated() { READ_BUDGET } else { 1 };
         let Phase::Ws(ws) = &mut self.phase else {
             return Ok(Drained::All);
         };
         if self.poisoned {
-            return match discard_input(ws.get_mut()) {
+            return match discard_input(ws.get_mut().stream_mut()) {
                 Ok(Discarded::All) => Ok(Drained::All),
                 Ok(Discarded::Budget) => Ok(Drained::Budget),
                 Ok(Discarded::Closed) => Err("closed by peer".into()),
@@ -405,6 +429,7 @@ impl Conn {
             read += 1;
             match ws.read() {
                 Ok(msg) => {
+                    ws.get_mut().message_done();
                     bytes += msg.len();
                     self.life.heard(now);
                     match msg {
@@ -421,11 +446,16 @@ impl Conn {
                     return Err("closed by peer".into())
                 }
                 Err(tungstenite::Error::Capacity(_)) => {
+                    // Discarded raw from now on: nothing more is held for it.
+                    ws.get_mut().message_done();
                     self.poisoned = true;
                     into.push(Incoming::TooBig);
                     return Ok(Drained::All);
                 }
-                Err(tungstenite::Error::Utf8(_)) => into.push(Incoming::InvalidUtf8),
+                Err(tungstenite::Error::Utf8(_)) => {
+                    ws.get_mut().message_done();
+                    into.push(Incoming::InvalidUtf8)
+                }
                 Err(e) => return Err(format!("websocket error: {e}")),
             }
         }
@@ -453,7 +483,7 @@ impl Conn {
                     self.blocked = false;
                     if self.life.close_sent() && self.poisoned {
                         // No close reply can be read any more: end our side after the close frame.
-                        let _ = ws.get_mut().shutdown(std::net::Shutdown::Write);
+                        let _ = ws.get_mut().stream_mut().shutdown(std::net::Shutdown::Write);
                     }
                 }
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
@@ -495,7 +525,7 @@ impl Conn {
             };
             match ws.close(Some(frame)).and_then(|()| ws.flush()) {
                 Ok(()) if self.poisoned => {
-                    let _ = ws.get_mut().shutdown(std::net::Shutdown::Write);
+                    let _ = ws.get_mut().stream_mut().shutdown(std::net::Shutdown::Write);
                 }
                 Ok(()) => {}
                 Err(tungstenite::Error::Io(e)) if e.kind() == io::ErrorKind::WouldBlock => self.blocked = true,

@@ -26,6 +26,9 @@ pub struct Connections {
     /// Bytes queued for `/agent` peers: their own, larger bound, outside the phones' share
     /// (an agent may be handed L40's whole queue at once).
     agents: usize,
+    /// Bytes of messages read in part, over every WebSocket (L51). Changed only by
+    /// [`Connections::read_ws`] and [`Connections::end`].
+    partial: usize,
 }
 
 impl Connections {
@@ -35,6 +38,7 @@ impl Connections {
             next_generation: 1,
             phones: 0,
             agents: 0,
+            partial: 0,
         }
     }
 
@@ -94,6 +98,55 @@ impl Connections {
         self.phones
     }
 
+    /// Reads whole messages from `key` (see `Conn::read_ws`), keeping the total of the
+    /// messages read in part.
+    pub fn read_ws(
+        &mut self,
+        key: usize,
+        now: Instant,
+        into: &mut Vec<super::Incoming>,
+    ) -> Result<super::Drained, String> {
+        let Some(conn) = self.slab.get_mut(key) else {
+            return Ok(super::Drained::All);
+        };
+        let before = conn.partial_bytes();
+        let read = conn.read_ws(now, into);
+        self.partial = self.partial - before + conn.partial_bytes();
+        read
+    }
+
+    /// Bytes of messages read in part, over every connection (L51).
+    pub fn partial_bytes(&self) -> usize {
+        self.partial
+    }
+
+    /// L51: the connection holding the most of a message read in part, while those bytes
+    /// together are over `budget`.
+    pub fn largest_partial_over(&self, budget: usize) -> Option<usize> {
+        if self.partial <= budget {
+            return None;
+        }
+        self.slab
+            .iter()
+            .filter(|(_, c)| c.partial_bytes() > 0)
+            .max_by_key(|(_, c)| c.partial_bytes())
+            .map(|(key, _)| key)
+    }
+
+    /// Every live socket as L54's rule sees it.
+    pub fn slots(&self) -> Vec<super::slots::Slot> {
+        self.slab
+            .iter()
+            .filter(|(_, c)| !matches!(c.phase, Phase::Dead))
+            .map(|(key, c)| super::slots::Slot {
+                key,
+                accepted_at: c.accepted_at,
+                source: source_of(c.peer),
+                authenticated: c.authenticated(),
+            })
+            .collect()
+    }
+
     /// Queues a frame for the peer; a connection that is gone, or ended and not yet
     /// freed, takes nothing.
     pub fn queue(&mut self, key: usize, frame: String) {
@@ -137,6 +190,7 @@ impl Connections {
         if let Some(stream) = conn.stream_mut() {
             let _ = registry.deregister(stream);
         }
+        self.partial -= conn.partial_bytes();
         conn.phase = Phase::Dead;
         let dropped = conn.drop_outbox();
         *total(&mut self.phones, &mut self.agents, conn) -= dropped;
@@ -163,6 +217,14 @@ impl Connections {
             .max_by_key(|(_, c)| c.outbox_bytes)
             .map(|(key, _)| key)
     }
+}
+
+/// The address L54 caps per source: `None` for loopback (a local proxy is everyone).
+pub fn source_of(peer: SocketAddr) -> Option<hermes_mobile::throttle::SourceKey> {
+    let ip = peer.ip();
+    let loopback = ip.is_loopback()
+        || matches!(ip, std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+    (!loopback).then(|| hermes_mobile::throttle::SourceKey::of(ip))
 }
 
 /// The total that `conn`'s outbox counts in.
@@ -198,6 +260,7 @@ mod tests {
         let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead) else {
             unreachable!("a new connection reads its head")
         };
+        let stream = super::super::Counted::new(stream);
         let ws = WebSocket::from_raw_socket(stream, WsRole::Server, Some(super::super::ws_config()));
         conn.phase = Phase::Ws(Box::new(ws));
         (key, client)
@@ -225,6 +288,16 @@ mod tests {
         PeerReads(usize),
         End(usize),
         MakeAgent(usize),
+        /// The peer sends `n` bytes of a text message it never finishes (or a whole small
+        /// one when `whole`), then the server reads.
+        PeerSends(usize, usize, bool),
+    }
+
+    /// A masked client text frame of `len` bytes, of which the first `sent` are given.
+    fn client_frame(len: usize, sent: usize) -> Vec<u8> {
+        let mut out = vec![0x81, 0x80 | 126, (len >> 8) as u8, len as u8, 0, 0, 0, 0];
+        out.extend(std::iter::repeat_n(b'a', sent.min(len)));
+        out
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -234,6 +307,7 @@ mod tests {
             2 => (0..6usize).prop_map(Op::PeerReads),
             1 => (0..6usize).prop_map(Op::End),
             1 => (0..6usize).prop_map(Op::MakeAgent),
+            3 => (0..6usize, 1..30_000usize, any::<bool>()).prop_map(|(c, n, w)| Op::PeerSends(c, n, w)),
         ]
     }
 
@@ -255,7 +329,8 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
 
         /// Issue 17: the totals are always the sums of the live connections' outboxes,
-        /// across any queue, pump and end, `/agent` peers included.
+        /// across any queue, pump and end, `/agent` peers included; and (issue 23) the
+        /// bytes of messages read in part are the sums too, across reads and ends.
         #[test]
         fn queued_totals_are_the_sums_of_the_outboxes(ops in proptest::collection::vec(op(), 1..60)) {
             let poll = mio::Poll::new().unwrap();
@@ -284,7 +359,21 @@ mod tests {
                         next_peer += 1;
                         conns.make_agent_peer(clients[c].0, PeerId(next_peer));
                     }
+                    Op::PeerSends(c, n, whole) => {
+                        use std::io::Write;
+                        let bytes = if whole { client_frame(n, n) } else { client_frame(40_000, n) };
+                        let _ = clients[c].1.write(&bytes);
+                        let mut into = Vec::new();
+                        if conns.read_ws(clients[c].0, Instant::now(), &mut into).is_err() {
+                            conns.end(clients[c].0, poll.registry());
+                            conns.free_dead(clients[c].0);
+                            clients[c] = ws_pair(&mut conns);
+                        }
+                    }
                 }
+                // issue 23 #2: the partial total is the sum of what each connection holds.
+                let partial: usize = conns.slab.iter().map(|(_, c)| c.partial_bytes()).sum();
+                prop_assert_eq!(conns.partial_bytes(), partial);
                 let (phones, agents) = sums(&conns);
                 prop_assert_eq!(conns.phones_queued_bytes(), phones);
                 prop_assert_eq!(conns.queued_bytes(), phones + agents);
@@ -293,6 +382,7 @@ mod tests {
                 conns.end(*key, poll.registry());
             }
             prop_assert_eq!(conns.queued_bytes(), 0);
+            prop_assert_eq!(conns.partial_bytes(), 0);
         }
     }
 }

@@ -39,7 +39,7 @@ pub fn client_config(ca_file: Option<&Path>, setting: &str, optional: bool) -> R
         if added == 0 {
             return Err(format!("{setting} {} holds no PEM certificate", path.display()));
         }
-        log::info!("TLS ({setting}): {added} certificate(s) from {}", path.display());
+        log::info!("TLS ({setting}): {added} certificate(s) from {:?}", path);
     }
     if roots.is_empty() {
         let why = format!("no trusted certificates for https: install ca-certificates or set {setting}");

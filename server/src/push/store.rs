@@ -48,7 +48,7 @@ pub fn vapid_key(state_dir: &Path) -> Result<Vapid, String> {
                 .and_then(|()| fs::hard_link(&tmp, &path));
             let _ = fs::remove_file(&tmp);
             written.map_err(|e| format!("{}: {e}", path.display()))?;
-            log::info!("push: made a VAPID key in {}", path.display());
+            log::info!("push: made a VAPID key in {:?}", path);
             Ok(vapid)
         }
         Err(e) => Err(format!("{}: {e}", path.display())),

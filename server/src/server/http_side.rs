@@ -6,6 +6,7 @@ use std::io::{self, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::time::{Duration, Instant};
 
+use hermes_mobile::throttle::SourceKey;
 use hermes_mobile::Peer;
 use mio::net::TcpStream;
 use mio::{Interest, Token};
@@ -13,9 +14,13 @@ use mio::{Interest, Token};
 use super::link_transports::PeerHome;
 use super::{conn_id, conn_timer, Server, DRAIN_LINGER};
 use crate::agent::io::PeerInput;
-use crate::conn::{Discarded, Phase};
+use crate::conn::slots::{self, Admission};
+use crate::conn::{Discarded, Phase, Upgrade};
 use crate::http::{self, Head, Route};
 use crate::timer::{ConnTimer, TimerKey};
+
+/// How long a new socket has to send its request head (L54).
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Server {
     pub(super) fn accept_all(&mut self, now: Instant) {
@@ -43,19 +48,37 @@ impl Server {
     }
 
     pub(super) fn on_accept(&mut self, mut stream: TcpStream, peer: SocketAddr, now: Instant) {
-        if self.conns.len() >= self.config.max_connections {
-            log::warn!(
-                "refused {peer}: {} connections open (MOBILE_MAX_CONNECTIONS)",
-                self.conns.len()
-            );
-            let _ = stream.write(&http::response(
-                "503 Service Unavailable",
-                "text/plain",
-                "too many connections\n",
-                "",
-            ));
-            let _ = stream.shutdown(Shutdown::Both);
-            return;
+        let slots = self.conns.slots();
+        match slots::admit(&slots, crate::conn::source_of(peer), self.config.max_connections) {
+            Admission::Admit => {}
+            Admission::AdmitDropping(old) => {
+                // L54: unauthenticated sockets make room for each other, never for nobody.
+                self.evictions += 1;
+                if self.evictions.is_power_of_two() {
+                    log::warn!(
+                        "unauthenticated sockets are at their share of MOBILE_MAX_CONNECTIONS: dropping the oldest ({} so far)",
+                        self.evictions
+                    );
+                }
+                self.kill(
+                    old,
+                    "dropped for a newer socket: unauthenticated sockets' share is full (L54)",
+                );
+            }
+            Admission::Refuse => {
+                log::warn!(
+                    "refused {peer}: {} authenticated connections open (MOBILE_MAX_CONNECTIONS)",
+                    slots.len()
+                );
+                let _ = stream.write(&http::response(
+                    "503 Service Unavailable",
+                    "text/plain",
+                    "too many connections\n",
+                    "",
+                ));
+                let _ = stream.shutdown(Shutdown::Both);
+                return;
+            }
         }
         let _ = stream.set_nodelay(true);
         let registry = self.poll.registry();
@@ -66,6 +89,12 @@ impl Server {
             Ok(added) => added,
             Err(e) => return log::warn!("cannot register {peer}: {e}"),
         };
+        // L54: the request head comes soon (a browser sends it at once), so an idle socket
+        // is not kept for the whole hello timeout.
+        self.wheel.insert(
+            now + self.config.core.hello_timeout.min(HEAD_TIMEOUT),
+            conn_timer(key, generation, ConnTimer::Head),
+        );
         // decisions H7: the request head and the upgrade are inside the hello timeout.
         self.wheel.insert(
             now + self.config.core.hello_timeout,
@@ -120,8 +149,17 @@ impl Server {
             Route::Upgrade {
                 response,
                 forwarded,
+                client,
                 agent,
-            } => (response, Some((leftover, forwarded, agent))),
+            } => (
+                response,
+                Some(Upgrade {
+                    leftover,
+                    forwarded,
+                    client,
+                    agent,
+                }),
+            ),
             Route::Health => {
                 let stats = self.core.stats();
                 let body = serde_json::json!({
@@ -140,6 +178,9 @@ impl Server {
                     "dedup_entries": stats.dedup_entries,
                     "timers": stats.timers,
                     "queued_bytes": self.conns.queued_bytes(),
+                    // L51: what messages read in part and unfinished uploads hold.
+                    "partial_bytes": self.conns.partial_bytes(),
+                    "upload_held": stats.upload_held,
                     "agent": self.agent.health(),
                     // Push (issue 18): how many subscriptions, and the last push that failed.
                     "push_subscriptions": self.core.push_subscription_count(),
@@ -177,7 +218,13 @@ impl Server {
             Ok(false) => return,
             Err(e) => return self.kill(key, &format!("write failed: {e}")),
         }
-        let Some((leftover, forwarded, agent)) = conn.take_upgrade() else {
+        let Some(Upgrade {
+            leftover,
+            forwarded,
+            client,
+            agent,
+        }) = conn.take_upgrade()
+        else {
             conn.start_drain();
             let generation = conn.generation;
             self.wheel
@@ -204,16 +251,28 @@ impl Server {
             return self.on_ws(key, now);
         }
         conn.open_phone();
-        let loopback = peer.ip().is_loopback()
-            || matches!(peer.ip(), std::net::IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()));
+        let loopback = crate::conn::source_of(peer).is_none();
+        // L52: failed hellos count against the peer's address, or, behind a local proxy,
+        // the client's address the proxy reported (a remote peer's own claim is not taken).
+        let source = match (loopback, client) {
+            (true, Some(client)) => SourceKey::of(client),
+            _ => SourceKey::of(peer.ip()),
+        };
         log::info!(
             "conn {key}: {peer} opened a WebSocket{}",
             if forwarded { " (via a proxy)" } else { "" }
         );
         // decisions H7: the hello timeout counts from accept, not from now.
         let accepted = self.time(accepted_at);
-        self.core
-            .handle_open(accepted, conn_id(key, generation), Peer { loopback, forwarded });
+        self.core.handle_open(
+            accepted,
+            conn_id(key, generation),
+            Peer {
+                loopback,
+                forwarded,
+                source,
+            },
+        );
         self.wheel.insert(
             now + self.config.keepalive,
             conn_timer(key, generation, ConnTimer::KeepAlive),

@@ -41,11 +41,18 @@ const MAX_STDERR_LINE: usize = 4096;
 const FIRST_RESTART: Duration = Duration::from_secs(1);
 const MAX_RESTART: Duration = Duration::from_secs(60);
 /// Environment variables a child never inherits: it needs none of the gateway's secrets.
+/// (The `_FILE` variants name where a secret is, L55: not the child's business either.)
 const SECRET_VARS: &[&str] = &[
     "MOBILE_TOKEN",
     "MOBILE_EXTRA_TOKENS",
     "MOBILE_DELIVER_TOKENS",
     "MOBILE_AGENT_TOKEN",
+    "MOBILE_NTFY_TOKEN",
+    "MOBILE_TOKEN_FILE",
+    "MOBILE_EXTRA_TOKENS_FILE",
+    "MOBILE_DELIVER_TOKENS_FILE",
+    "MOBILE_AGENT_TOKEN_FILE",
+    "MOBILE_NTFY_TOKEN_FILE",
 ];
 
 struct ChildAgent {
@@ -351,7 +358,7 @@ impl LinkTransports {
         let mut listener = bound?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         registry.register(&mut listener, AGENT_LISTENER, Interest::READABLE)?;
-        log::info!("agent link: listening on {}", path.display());
+        log::info!("agent link: listening on {:?}", path);
         self.listener = Some(listener);
         self.socket_path = Some(path);
         Ok(())

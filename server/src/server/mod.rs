@@ -100,6 +100,8 @@ pub struct Server {
     grace_over: bool,
     /// accept() is failing for lack of resources: warn once per streak, not every retry.
     accept_failing: bool,
+    /// Unauthenticated sockets dropped to make room (L54), for a log line now and then.
+    evictions: u64,
     signals: StopSignals,
     /// SIGINT or SIGTERM arrived.
     stop_requested: bool,
@@ -266,6 +268,7 @@ impl Server {
             shutting_down: false,
             grace_over: false,
             accept_failing: false,
+            evictions: 0,
             signals,
             stop_requested: false,
         })

@@ -59,6 +59,9 @@ impl Server {
             Phase::Http { .. } | Phase::Respond { .. } | Phase::Drain(_)
         );
         match timer {
+            ConnTimer::Head if matches!(conn.phase(), Phase::Http { .. }) => {
+                self.kill(at.key, "no complete request head within 5 s")
+            }
             ConnTimer::Hello if in_http => self.kill(at.key, "no complete request within the hello timeout"),
             ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
                 self.kill(at.key, "no agent hello within the hello timeout")

@@ -25,9 +25,15 @@ impl Server {
                 return;
             }
         }
-        let Some(conn) = self.conns.get_mut(key) else { return };
         let mut incoming = std::mem::take(&mut self.incoming);
-        let read = conn.read_ws(now, &mut incoming);
+        let read = self.conns.read_ws(key, now, &mut incoming);
+        self.check_inbound_budget();
+        let Some(conn) = self.conns.get_mut(key).filter(|c| !matches!(c.phase(), Phase::Dead)) else {
+            // Dropped by the budget: what it sent in this read goes with it.
+            incoming.clear();
+            self.incoming = incoming;
+            return;
+        };
         let (id, in_core) = (conn_id(key, conn.generation), conn.in_core());
         let mut too_big = false;
         if let Some(peer) = conn.agent_peer() {
@@ -74,6 +80,28 @@ impl Server {
             // or an earlier one) are answered first, while the device is still online, so
             // the agent's reply is not held for a device that left (issue 8 #4).
             self.ended_after_drive.push((key, reason));
+        }
+    }
+
+    /// L51: messages read in part and unfinished uploads share a quarter of the memory
+    /// budget. Past it, the connection holding the most of a message read in part is
+    /// dropped at once (its buffers go with it; a close would keep them for L28's 5 s).
+    fn check_inbound_budget(&mut self) {
+        let share = self.config.max_inbound.saturating_sub(self.core.upload_held());
+        while let Some(key) = self.conns.largest_partial_over(share) {
+            let Some(conn) = self.conns.get(key) else { return };
+            log::warn!(
+                "conn {key}: {} dropped: it holds {} bytes of a message read in part, and such messages hold {} with uploads at {} (MOBILE_MEMORY_BUDGET's share is {})",
+                conn.peer,
+                conn.partial_bytes(),
+                self.conns.partial_bytes(),
+                self.core.upload_held(),
+                self.config.max_inbound
+            );
+            self.kill(
+                key,
+                "a message read in part took the inbound share over the memory budget (L51)",
+            );
         }
     }
 
