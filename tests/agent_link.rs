@@ -189,6 +189,34 @@ fn agent_route_needs_the_agent_token() {
 }
 
 #[test]
+fn agent_token_guessing_is_throttled_per_address() {
+    // decisions L52 (issue 23 #3): /agent is a door like /ws.
+    use hermes_mobile::throttle::SourceKey;
+    let mut link = new_link();
+    let (guesser, other) = (
+        SourceKey::of("203.0.113.1".parse().unwrap()),
+        SourceKey::of("198.51.100.1".parse().unwrap()),
+    );
+    for n in 0..10 {
+        link.handle_peer_open_from(PeerId(100 + n), true, guesser);
+        link.handle_line(Time::ZERO, PeerId(100 + n), br#"{"t":"hello","v":1,"token":"guess"}"#);
+        assert_eq!(drain(&mut link).0[0].1["message"], "wrong or missing agent token");
+    }
+    link.handle_peer_open_from(PeerId(200), true, guesser);
+    link.handle_line(Time::ZERO, PeerId(200), br#"{"t":"hello","v":1,"token":"agent-token"}"#);
+    let (lines, _, closed) = drain(&mut link);
+    assert_eq!(lines[0].1["code"], "auth_failed");
+    assert!(lines[0].1["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("too many failed attempts"));
+    assert_eq!(closed, vec![PeerId(200)]);
+    link.handle_peer_open_from(PeerId(201), true, other);
+    link.handle_line(Time::ZERO, PeerId(201), br#"{"t":"hello","v":1,"token":"agent-token"}"#);
+    assert_eq!(drain(&mut link).0[0].1["t"], "welcome");
+}
+
+#[test]
 fn a_new_agent_replaces_the_old_and_in_flight_turns_end_for_the_phone() {
     let mut link = new_link();
     attach(&mut link, AGENT, Time::ZERO);

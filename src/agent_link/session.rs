@@ -12,6 +12,7 @@ use super::codec::{
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError};
 use crate::auth::ct_eq;
 use crate::ids::DeviceId;
+use crate::throttle::{SourceKey, Throttle};
 use crate::time::Time;
 
 /// A connection of the link (the server's numbering).
@@ -72,6 +73,8 @@ struct Peer {
     inline: bool,
     /// Over `/agent`: its `hello` must carry the agent token.
     needs_token: bool,
+    /// Where it connects from: failed agent hellos are throttled like phones' (L52).
+    source: SourceKey,
 }
 
 #[derive(Debug)]
@@ -89,6 +92,8 @@ pub struct AgentLink {
     token: Option<String>,
     limits: QueueLimits,
     peers: HashMap<PeerId, Peer>,
+    /// Failed `/agent` hellos per source address (L52).
+    throttle: Throttle,
     /// The peer that is the agent (said `hello` with role `agent`).
     agent: Option<PeerId>,
     queue: VecDeque<Queued>,
@@ -112,6 +117,7 @@ impl AgentLink {
             token,
             limits,
             peers: HashMap::new(),
+            throttle: Throttle::default(),
             agent: None,
             queue: VecDeque::new(),
             queued_bytes: 0,
@@ -143,12 +149,18 @@ impl AgentLink {
 
     /// A new connection; `needs_token` for `/agent`.
     pub fn handle_peer_open(&mut self, peer: PeerId, needs_token: bool) {
+        self.handle_peer_open_from(peer, needs_token, SourceKey::default());
+    }
+
+    /// A new connection from `source` (whose failed agent hellos are counted, L52).
+    pub fn handle_peer_open_from(&mut self, peer: PeerId, needs_token: bool, source: SourceKey) {
         self.peers.insert(
             peer,
             Peer {
                 role: None,
                 inline: false,
                 needs_token,
+                source,
             },
         );
     }
@@ -244,11 +256,23 @@ impl AgentLink {
         };
         match (parsed, role) {
             (AgentLine::Hello(hello), None) => {
-                let needs_token = state.needs_token;
+                let (needs_token, source) = (state.needs_token, state.source);
                 if needs_token {
+                    if let Some(left) = self.throttle.blocked(source, now) {
+                        // L52: not even compared, so a block is never a guess.
+                        let message = format!("too many failed attempts; try again in {} s", left.as_secs().max(1));
+                        self.refuse(peer, LineError::new("auth_failed", message));
+                        self.peers.remove(&peer);
+                        return self.close(peer, "agent token refused: too many failed attempts");
+                    }
                     let expected = self.token.as_deref().unwrap_or("");
                     let given = hello.token.as_deref().unwrap_or("");
                     if expected.is_empty() || !ct_eq(given.as_bytes(), expected.as_bytes()) {
+                        if let Some(block) = self.throttle.record_failure(source, now) {
+                            log::warn!(
+                                "agent link: failed agent hellos from one address; refusing it for {block:?} (L52)"
+                            );
+                        }
                         self.refuse(peer, LineError::new("auth_failed", "wrong or missing agent token"));
                         // Forgotten now: nothing more it sends on this connection counts.
                         self.peers.remove(&peer);

@@ -107,10 +107,12 @@ pub enum LoadError {
 /// What the event loop's transports saw of an agent-link peer.
 #[derive(Debug)]
 pub enum PeerInput<'a> {
-    /// A peer connected; `needs_token`: it came over the network (`/agent`).
+    /// A peer connected; `needs_token`: it came over the network (`/agent`), from
+    /// `source` (whose failed hellos are throttled, L52).
     Opened {
         peer: PeerId,
         needs_token: bool,
+        source: hermes_mobile::throttle::SourceKey,
     },
     Line {
         peer: PeerId,

@@ -53,7 +53,11 @@ impl LinkAgent {
     /// What a transport saw of a peer.
     pub fn handle_peer(&mut self, now: Time, input: PeerInput<'_>) {
         match input {
-            PeerInput::Opened { peer, needs_token } => self.link.handle_peer_open(peer, needs_token),
+            PeerInput::Opened {
+                peer,
+                needs_token,
+                source,
+            } => self.link.handle_peer_open_from(peer, needs_token, source),
             PeerInput::Line { peer, line } => self.link.handle_line(now, peer, line),
             PeerInput::TooBig { peer } => self.link.handle_too_big(peer),
             PeerInput::Closed { peer } => self.link.handle_peer_closed(now, peer),

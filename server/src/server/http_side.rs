@@ -19,6 +19,16 @@ use crate::conn::{Discarded, Phase, Upgrade};
 use crate::http::{self, Head, Route};
 use crate::timer::{ConnTimer, TimerKey};
 
+/// Whose failed hellos a connection's count with (L52): the peer's address, or, behind a
+/// local proxy, the client address the proxy reported (a remote peer's own claim is not
+/// taken).
+fn request_source(peer: SocketAddr, client: Option<std::net::IpAddr>) -> SourceKey {
+    match (crate::conn::source_of(peer), client) {
+        (None, Some(client)) => SourceKey::of(client),
+        _ => SourceKey::of(peer.ip()),
+    }
+}
+
 /// How long a new socket has to send its request head (L54).
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -242,6 +252,7 @@ impl Server {
             let opened = PeerInput::Opened {
                 peer: link_peer,
                 needs_token: true,
+                source: request_source(peer, client),
             };
             self.agent.handle_peer(self.time(now), opened);
             self.wheel.insert(
@@ -252,12 +263,7 @@ impl Server {
         }
         conn.open_phone();
         let loopback = crate::conn::source_of(peer).is_none();
-        // L52: failed hellos count against the peer's address, or, behind a local proxy,
-        // the client's address the proxy reported (a remote peer's own claim is not taken).
-        let source = match (loopback, client) {
-            (true, Some(client)) => SourceKey::of(client),
-            _ => SourceKey::of(peer.ip()),
-        };
+        let source = request_source(peer, client);
         log::info!(
             "conn {key}: {peer} opened a WebSocket{}",
             if forwarded { " (via a proxy)" } else { "" }

@@ -111,6 +111,7 @@ impl Server {
                 let opened = PeerInput::Opened {
                     peer,
                     needs_token: false,
+                    source: Default::default(),
                 };
                 self.agent.handle_peer(self.time(now), opened);
             }
@@ -128,6 +129,7 @@ impl Server {
             let opened = PeerInput::Opened {
                 peer,
                 needs_token: false,
+                source: Default::default(),
             };
             self.agent.handle_peer(self.time(now), opened);
             // A local peer that never says hello must not keep one of the few slots.
