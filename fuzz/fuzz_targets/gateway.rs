@@ -17,7 +17,8 @@ enum Op {
     Open {
         loopback: bool,
         forwarded: bool,
-        source: Default::default(),
+        /// The last byte of its address: failed hellos are throttled per address (L52).
+        source: u8,
     },
     Hello {
         conn: u8,
@@ -107,7 +108,11 @@ fuzz_target!(|ops: Vec<Op>| {
 
     for op in ops.iter().take(200) {
         match op {
-            Op::Open { loopback, forwarded } => {
+            Op::Open {
+                loopback,
+                forwarded,
+                source,
+            } => {
                 next += 1;
                 let c = ConnId(next);
                 gw.handle_open(
@@ -116,7 +121,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     Peer {
                         loopback: *loopback,
                         forwarded: *forwarded,
-                        source: Default::default(),
+                        source: hermes_mobile::throttle::SourceKey::of([192, 0, 2, *source].into()),
                     },
                 );
                 conns.push(c);
