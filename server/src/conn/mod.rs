@@ -389,7 +389,7 @@ impl Conn {
     pub fn upgrade(&mut self, leftover: Vec<u8>, now: Instant) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
         if let Phase::Respond { stream, .. } = phase {
-            let stream = Counted::new(stream);
+            let stream = Counted::new(stream, &leftover);
             let ws = WebSocket::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config()));
             self.phase = Phase::Ws(Box::new(ws));
             self.life = Lifecycle::open(now);
@@ -447,7 +447,7 @@ impl Conn {
                 }
                 Err(tungstenite::Error::Capacity(_)) => {
                     // Discarded raw from now on: nothing more is held for it.
-                    ws.get_mut().message_done();
+                    ws.get_mut().abandon();
                     self.poisoned = true;
                     into.push(Incoming::TooBig);
                     return Ok(Drained::All);

@@ -260,7 +260,7 @@ mod tests {
         let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead) else {
             unreachable!("a new connection reads its head")
         };
-        let stream = super::super::Counted::new(stream);
+        let stream = super::super::Counted::new(stream, &[]);
         let ws = WebSocket::from_raw_socket(stream, WsRole::Server, Some(super::super::ws_config()));
         conn.phase = Phase::Ws(Box::new(ws));
         (key, client)

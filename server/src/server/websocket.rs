@@ -84,10 +84,16 @@ impl Server {
     }
 
     /// L51: messages read in part and unfinished uploads share a quarter of the memory
-    /// budget. Past it, the connection holding the most of a message read in part is
-    /// dropped at once (its buffers go with it; a close would keep them for L28's 5 s).
+    /// budget; messages may always hold one whole message's worth, so that any single
+    /// message can arrive. Past it, the connection holding the most of a message read in
+    /// part is dropped at once (its buffers go with it; a close would keep them for L28's
+    /// 5 s).
     fn check_inbound_budget(&mut self) {
-        let share = self.config.max_inbound.saturating_sub(self.core.upload_held());
+        let share = self
+            .config
+            .max_inbound
+            .saturating_sub(self.core.upload_held())
+            .max(hermes_mobile::limits::MAX_FRAME_BYTES);
         while let Some(key) = self.conns.largest_partial_over(share) {
             let Some(conn) = self.conns.get(key) else { return };
             log::warn!(
