@@ -42,6 +42,15 @@ fn resolve_token(config: &mut config::ServerConfig) -> Result<TokenOrigin, Strin
         return Ok(TokenOrigin::Configured);
     }
     let (token, origin) = state::stored_token(&config.state_dir)?;
+    if let TokenOrigin::Stored(path) = &origin {
+        // L55 holds for a token file written by hand too; a generated one is 43 characters.
+        if token.chars().count() < config::validate::MIN_SECRET_CHARS {
+            return Err(format!(
+                "the token in {path:?} is under {} characters, so it can be guessed: delete the file to have a new one generated",
+                config::validate::MIN_SECRET_CHARS
+            ));
+        }
+    }
     config.core.token = token;
     Ok(origin)
 }

@@ -189,6 +189,19 @@ fn weak_secrets_stop_start_up_and_secrets_come_from_files() {
             "{err}"
         );
     }
+    // A short token written into the state directory by hand is refused too.
+    let state = temp_dir("short-stored");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("token"), "abc\n").unwrap();
+    let out = Command::new(binary())
+        .env_clear()
+        .env("MOBILE_STATE_DIR", &state)
+        .env("MOBILE_PORT", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("delete the file"), "{err}");
+    let _ = std::fs::remove_dir_all(&state);
     let dir = temp_dir("secret-file");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("token");
