@@ -39,6 +39,42 @@ export function charCount(s) {
   return n;
 }
 
+// Hidden characters (issue 23): Unicode format characters (Cf: the bidi controls such as
+// U+202E, zero-width spaces and joiners), line and paragraph separators (Zl, Zp), and
+// controls (Cc) other than TAB and LF. Text that holds one can display as something other
+// than what it is, so a card could show one command and run another (Trojan Source,
+// CVE-2021-42574). The gateway (Rust) and hermes_mobile_client (Python) use the same class.
+// eslint-disable-next-line no-control-regex
+const HIDDEN_CHAR = /([\p{Cf}\p{Zl}\p{Zp}\u0000-\u0008\u000B-\u001F\u007F-\u009F])/u;
+
+/** True when `s` holds a hidden character (Cf, Zl, Zp, or a control but TAB and LF). */
+export function hasHiddenChars(s) {
+  return typeof s === 'string' && HIDDEN_CHAR.test(s);
+}
+
+// The visible stand-in for a hidden character: `⟨U+202E⟩` (upper-case hex, 4 digits or more).
+function hiddenCharMarker(c) {
+  return `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}⟩`;
+}
+
+/**
+ * `s` cut at its hidden characters: text at even indices, the markers standing for hidden
+ * characters at odd ones (for a page that styles the markers). Joined, it is revealHiddenChars(s).
+ */
+export function splitHiddenChars(s) {
+  const parts = String(s).split(HIDDEN_CHAR); // the capture keeps each character, at odd indices
+  for (let i = 1; i < parts.length; i += 2) parts[i] = hiddenCharMarker(parts[i]);
+  return parts;
+}
+
+/**
+ * `s` with every hidden character replaced by its marker (`rm x\u202E` → `rm x⟨U+202E⟩`), for
+ * display only: what is sent back (a card's option id, say) never changes.
+ */
+export function revealHiddenChars(s) {
+  return splitHiddenChars(s).join('');
+}
+
 function randomHex(bytes) {
   const a = new Uint8Array(bytes);
   crypto.getRandomValues(a);
@@ -143,14 +179,19 @@ export function validateCard(f) {
   if (!options.length) return null;
   const t = f.timeout_seconds;
   const timeoutSeconds = Number.isInteger(t) && t > 0 ? t : 300;
+  const command = typeof f.command === 'string' ? f.command : '';
+  const description = typeof f.description === 'string' ? f.description : '';
+  // The gateway says so (issue 23), and an older gateway does not: checked here as well.
+  const shown = [f.text, command, description, ...options.map((o) => o.label)];
   return {
     id: f.id,
     kind,
     text: f.text,
     options,
-    command: typeof f.command === 'string' ? f.command : '',
-    description: typeof f.description === 'string' ? f.description : '',
+    command,
+    description,
     session: typeof f.session === 'string' ? f.session : '',
+    hiddenChars: f.hidden_chars === true || shown.some(hasHiddenChars),
     timeoutSeconds,
     expiresAt: Date.now() + timeoutSeconds * 1000,
     state: 'open', // open | done | expired

@@ -301,6 +301,8 @@ export interface ServerPrompt {
   session: string;
   /** @minimum 0 */
   timeout_seconds: number;
+  /** true when text, command, description or an option's label holds a hidden character (Unicode Cf, Zl, Zp, or a control other than TAB and LF: bidi overrides, zero-width characters). Show such a card with each of them made visible (for example as ⟨U+202E⟩) and a warning; the answer is unchanged. Absent means false (older gateways; a client checks the text itself as well). */
+  hidden_chars?: boolean;
 }
 
 /** A card is closed: answered (option_id) or expired. */

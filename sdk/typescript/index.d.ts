@@ -59,6 +59,21 @@ export declare class HermesError extends Error {
 
 /** Counts characters as G1 does: Unicode scalar values (code points). */
 export declare function charCount(s: string): number;
+/**
+ * True when `s` holds a hidden character: Unicode Cf (bidi controls such as U+202E, zero-width
+ * characters, ZWJ), Zl, Zp, or a control (Cc) other than TAB and LF. False for a non-string.
+ */
+export declare function hasHiddenChars(s: unknown): boolean;
+/**
+ * `s` with each hidden character replaced by a visible marker, `⟨U+202E⟩` (upper-case hex, at
+ * least 4 digits). For display only: what a client sends back (an option id) never changes.
+ */
+export declare function revealHiddenChars(s: string): string;
+/**
+ * `s` cut at its hidden characters: text at even indices, markers (`⟨U+202E⟩`) at odd ones,
+ * for a UI that styles the markers. `splitHiddenChars(s).join('') === revealHiddenChars(s)`.
+ */
+export declare function splitHiddenChars(s: string): string[];
 /** A new device id, `web-` + 16 hex digits. Generate it once and keep it (H4). */
 export declare function newDeviceId(): string;
 /** A new frame id: `<prefix>-<time>-<random>`, time-ordered, well under 128 characters (G8). */
@@ -167,6 +182,12 @@ export interface PromptCard {
   command: string;
   description: string;
   session: string;
+  /**
+   * text, command, description or a label holds a hidden character (the frame's
+   * `hidden_chars`, or this client's own check): show them with revealHiddenChars() and a
+   * warning, so the person sees what they approve (Trojan Source).
+   */
+  hiddenChars: boolean;
   timeoutSeconds: number;
   /** When it expires, ms since the epoch. */
   expiresAt: number;

@@ -8,9 +8,12 @@ import {
   base64UrlToBytes,
   bytesToBase64Url,
   charCount,
+  hasHiddenChars,
   kindFromMime,
   newDeviceId,
   newId,
+  revealHiddenChars,
+  splitHiddenChars,
   validateCard,
   type ClientFrame,
   type ClientFrameMap,
@@ -105,6 +108,13 @@ const card: PromptCard | null = validateCard({ t: 'prompt' });
 const opts: readonly string[] = PROMPT_OPTIONS.exec_approval;
 const bytes: Uint8Array = base64UrlToBytes(bytesToBase64Url(new Uint8Array(2)));
 void [kind, n, card, opts, bytes, newDeviceId(), newId('x')];
+// Hidden characters: a card says whether it holds any; the helpers only display.
+const hidden: boolean = hasHiddenChars(card?.command) || (card?.hiddenChars ?? false);
+const shown: string = revealHiddenChars('rm \u202e');
+const parts: string[] = splitHiddenChars(shown);
+// @ts-expect-error: revealHiddenChars takes a string
+revealHiddenChars(42);
+void [hidden, parts];
 
 // Frames: the generated types.
 const hello: ClientFrame = { t: 'hello', token: 'secret', device: { id: 'phone-1' } };
