@@ -51,6 +51,7 @@ from .events import (
     UploadProgress,
 )
 from .frame_hooks import FrameHook, add_frame_hook, remove_frame_hook
+from .hidden_chars import has_hidden_chars, reveal_hidden_chars
 from .outbox import MessageId
 from .upload import ProgressCallback
 
@@ -90,9 +91,11 @@ __all__ = [
     "add_frame_hook",
     "connect",
     "guess_mime",
+    "has_hidden_chars",
     "new_device_id",
     "new_id",
     "remove_frame_hook",
+    "reveal_hidden_chars",
     "sanitize_filename",
     "validate_card",
 ]

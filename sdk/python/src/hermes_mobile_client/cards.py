@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _util as u
 from .events import Card, CardDone, CardOption
+from .hidden_chars import has_hidden_chars
 
 # Closed cards are kept a while (for `answer()` checks and CardDone labels), not for ever.
 MAX_CARDS = 200
@@ -31,16 +32,20 @@ def validate_card(f: Mapping[str, Any]) -> Card | None:
         return None
     t = u.as_int(f.get("timeout_seconds"))
     timeout = t if t is not None and t > 0 else DEFAULT_TIMEOUT_SECONDS
+    command, description = u.str_field(f, "command"), u.str_field(f, "description")
+    # The gateway says so (issue 23), and an older gateway does not: checked here as well.
+    shown = [text, command, description, *(o.label for o in options)]
     return Card(
         id=cid,
         kind=kind,
         text=text,
         options=tuple(options),
-        command=u.str_field(f, "command"),
-        description=u.str_field(f, "description"),
+        command=command,
+        description=description,
         session=u.str_field(f, "session"),
         timeout_seconds=timeout,
         expires_at=time.time() + timeout,
+        hidden_chars=f.get("hidden_chars") is True or any(has_hidden_chars(s) for s in shown),
     )
 
 

@@ -2,7 +2,9 @@
 
 - Streamed replies grow in place: each new version's added text is appended to the line
   (a version that changes earlier text is printed again, whole).
-- Cards are shown with numbered options: type the number (and Enter) to answer.
+- Cards are shown with numbered options: type the number (and Enter) to answer. Hidden
+  characters on a card (bidi controls, zero-width characters) are shown as ⟨U+202E⟩, with a
+  warning, so the command shown is the command that runs (issue 23).
 - `/file PATH [caption]` sends a file, with its progress; received files are saved to a
   folder (./received by default).
 - `/quit` (or end of input, Ctrl-D) leaves.
@@ -42,6 +44,7 @@ from .events import (
     Unsent,
     UploadProgress,
 )
+from .hidden_chars import reveal_hidden_chars
 
 # Control characters (all but newline and tab): text from the agent must not move the
 # cursor, recolour or retitle the terminal.
@@ -50,6 +53,9 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def printable(text: str) -> str:
     return _CONTROL.sub("", text)
+
+
+HIDDEN_WARNING = "    ! this card contains hidden characters, shown as ⟨U+…⟩: check it before you answer"
 
 
 HELP = """Type a message and press Enter. Local commands:
@@ -140,12 +146,16 @@ class Chat:
     def show_card(self, card: Card) -> None:
         self.open_cards = [c for c in self.open_cards if c.id != card.id] + [card]
         again = " (again)" if card.repeat else ""
-        self.line(f"[card{again}] {card.text}")
+        # Revealed before line()'s printable(), which would drop a control character unseen.
+        show = reveal_hidden_chars
+        self.line(f"[card{again}] {show(card.text)}")
+        if card.hidden_chars:
+            self.line(HIDDEN_WARNING)
         if card.command:
-            self.line(f"    $ {card.command}")
+            self.line(f"    $ {show(card.command)}")
         if card.description:
-            self.line(f"    {card.description}")
-        options = "  ".join(f"[{i}] {o.label}" for i, o in enumerate(card.options, 1))
+            self.line(f"    {show(card.description)}")
+        options = "  ".join(f"[{i}] {show(o.label)}" for i, o in enumerate(card.options, 1))
         self.line(f"    {options}")
         self.line("    answer with the number of an option")
 
@@ -159,9 +169,9 @@ class Chat:
             if self.clarify is not None and self.clarify.id == ev.id:
                 self.clarify = None
             if ev.expired:
-                self.line("[card] expired" + (f" ({ev.label})" if ev.label else ""))
+                self.line("[card] expired" + (f" ({reveal_hidden_chars(ev.label)})" if ev.label else ""))
             else:
-                self.line(f"[card] answered: {ev.label or ev.option_id or 'text'}")
+                self.line(f"[card] answered: {reveal_hidden_chars(ev.label or ev.option_id or 'text')}")
         elif isinstance(ev, Media):
             what = f"{ev.filename or ev.id} ({ev.kind}, {ev.mime or 'unknown type'}, {ev.size} bytes)"
             if ev.url:

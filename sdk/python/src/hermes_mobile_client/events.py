@@ -121,7 +121,9 @@ class Card:
     `kind` is `exec_approval`, `slash_confirm` or `clarify`; `command` and `description`
     are set for `exec_approval`. `expires_at` is a `time.time()` value. `state` is `open`,
     `done` or `expired`, kept up to date by the client. `repeat` is true when an open card
-    is sent again after a reconnect (H5)."""
+    is sent again after a reconnect (H5). `hidden_chars` is true when `text`, `command`,
+    `description` or a label holds a hidden character (the gateway's flag, or this client's
+    own check): show the card through `reveal_hidden_chars` with a warning (issue 23)."""
 
     id: str
     kind: str
@@ -134,6 +136,7 @@ class Card:
     expires_at: float = 0.0
     state: str = "open"
     repeat: bool = False
+    hidden_chars: bool = False
 
     def option(self, option_id: str) -> CardOption | None:
         return next((o for o in self.options if o.id == option_id.lower()), None)
