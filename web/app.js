@@ -2,7 +2,7 @@
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
-import { kindFromMime } from '/protocol.js';
+import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
 import { renderMarkdown } from '/markdown.js';
 import { History } from '/history.js';
 import { initVoice } from '/voice.js';
@@ -487,6 +487,28 @@ function safeName(s) {
 
 const CARD_TITLES = { exec_approval: 'Approve command', slash_confirm: 'Confirm', clarify: 'Question' };
 
+// Hidden characters on a card (bidi controls, zero-width characters: issue 23) are shown as
+// ⟨U+202E⟩ markers, each in a span.hidden-char, so the person reads the text the agent will
+// use and not the way it would display. Text nodes only, as everywhere.
+function revealInto(target, text) {
+  const parts = splitHiddenChars(text).map((part, i) => (i % 2 ? el('span', 'hidden-char', part) : part));
+  target.replaceChildren(...parts.filter((p) => p !== '')); // no empty text node: .card-command:empty
+  return target;
+}
+
+const revealed = (tag, cls, text) => revealInto(el(tag, cls), text);
+
+// validateCard sets hiddenChars (the gateway's flag, or its own check); a card that an older
+// page stored in the history has no such field.
+function hidesChars(card) {
+  return card.hiddenChars || [card.text, card.command, card.description, ...card.options.map((o) => o.label)].some(hasHiddenChars);
+}
+
+function hiddenWarning(card) {
+  const check = card.kind === 'exec_approval' ? 'Check the command before you approve.' : 'Check it before you answer.';
+  return el('p', 'card-warning', `This card contains hidden characters, shown as ⟨U+…⟩. ${check}`);
+}
+
 function onPrompt({ detail: { card, repeat } }) {
   const known = cards.get(card.id);
   if (known && repeat) {
@@ -517,12 +539,13 @@ function cardElement(card) {
   c.setAttribute('role', 'group');
   c.setAttribute('aria-label', CARD_TITLES[card.kind]);
   c.append(el('div', 'card-head', CARD_TITLES[card.kind]));
-  if (card.text) c.append(el('p', 'card-text', card.text));
-  if (card.kind === 'exec_approval' || card.command) c.append(el('pre', 'card-command', card.command));
-  if (card.description) c.append(el('p', 'card-description', card.description));
+  if (hidesChars(card)) c.append(hiddenWarning(card));
+  if (card.text) c.append(revealed('p', 'card-text', card.text));
+  if (card.kind === 'exec_approval' || card.command) c.append(revealed('pre', 'card-command', card.command));
+  if (card.description) c.append(revealed('p', 'card-description', card.description));
   const opts = el('div', 'card-options');
   for (const o of card.options) {
-    const b = el('button', 'card-option' + (o.style ? ' ' + o.style : ''), o.label);
+    const b = revealed('button', 'card-option' + (o.style ? ' ' + o.style : ''), o.label);
     b.type = 'button';
     b.dataset.optionId = o.id;
     b.addEventListener('click', () => choose(card.id, o.id, b));
@@ -610,7 +633,7 @@ function onPromptDone({ detail: d }) {
 function closeCard(c, state, result, chosen) {
   c.el.dataset.state = state;
   setCardBusy(c, true, chosen);
-  c.el.querySelector('.card-result').textContent = result;
+  revealInto(c.el.querySelector('.card-result'), result);
   c.el.querySelector('.card-countdown').textContent = '';
 }
 
