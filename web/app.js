@@ -3,7 +3,7 @@
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
 import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
-import { renderMarkdown } from '/markdown.js';
+import { pairsThisPage, renderMarkdown } from '/markdown.js';
 import { History } from '/history.js';
 import { initVoice } from '/voice.js';
 
@@ -15,6 +15,7 @@ const ui = {
   chat: $('chat'), messages: $('messages'), bar: $('composer-bar'), composer: $('composer'), send: $('send-button'),
   fileInput: $('file-input'), attach: $('attach-button'), caption: $('caption-input'), mic: $('mic-button'),
   counter: $('counter'), drop: $('drop-zone'), recLine: $('rec-line'), recTime: $('rec-time'),
+  tokenDialog: $('token-dialog'),
 };
 const KEY_TOKEN = 'hermes.token';
 const KEY_DEVICE = 'hermes.deviceId';
@@ -431,7 +432,10 @@ function showMedia(m, d, markdown) {
   const nodes = [];
   if (d.url) {
     let href = null;
-    try { if (['http:', 'https:'].includes(new URL(d.url).protocol)) href = d.url; } catch { href = null; }
+    try {
+      const u = new URL(d.url);
+      if (['http:', 'https:'].includes(u.protocol) && !pairsThisPage(u)) href = d.url;
+    } catch { href = null; }
     const a = el(href ? 'a' : 'span', 'media-url');
     a.append(icon('link'), el('span', null, d.filename || d.url));
     if (href) Object.assign(a, { href, target: '_blank', rel: 'noopener noreferrer' });
@@ -1018,6 +1022,31 @@ function tokenFromFragment() {
   return token && token.trim();
 }
 
+// A token from a link replaces the one in use only when the person says so (issue 23): a
+// link in an agent's reply, or on any page, could otherwise log the owner out or move this
+// browser to a token of someone else's choosing. With none in use (a first pairing, from
+// the link or QR code of `hermes-mobile pair`) it pairs at once.
+let offeredToken = null;
+function linkedToken(token) {
+  const current = store.get(KEY_TOKEN) || (client && client.opts.token);
+  if (!current) return pair(token);
+  if (token === current) return;
+  offeredToken = token;
+  if (!ui.tokenDialog.open) ui.tokenDialog.showModal();
+}
+
+// Decided in the click itself, not on the dialog's `close` event: that comes a task later,
+// after a next link may already have offered another token.
+function answerOffer(replace) {
+  const token = offeredToken;
+  offeredToken = null;
+  if (ui.tokenDialog.open) ui.tokenDialog.close();
+  if (replace && token) pair(token);
+}
+$('token-keep').addEventListener('click', () => answerOffer(false));
+$('token-replace').addEventListener('click', () => answerOffer(true));
+ui.tokenDialog.addEventListener('cancel', () => (offeredToken = null)); // Esc keeps it too
+
 function forget() {
   voice.cancel();
   push.forget(client); // before stop(): push_unsubscribe goes on the open connection
@@ -1053,7 +1082,7 @@ ui.retry.addEventListener('click', () => {
 });
 window.addEventListener('hashchange', () => {
   const t = tokenFromFragment();
-  if (t) pair(t);
+  if (t) linkedToken(t);
 });
 // The network back, a shown tab, a page back from the back/forward cache: HermesClient
 // reconnects by itself (resume()), and never takes the device back from the tab that
@@ -1075,9 +1104,9 @@ registerServiceWorker();
 
 (function boot() {
   const linked = tokenFromFragment();
-  if (linked) store.set(KEY_TOKEN, linked);
-  const token = linked || store.get(KEY_TOKEN);
+  const stored = store.get(KEY_TOKEN);
   renderStatus();
-  if (token) start(token);
-  else showScreen('pair');
+  if (stored) start(stored);
+  if (linked) linkedToken(linked); // pairs when no token is stored; asks when another one is
+  else if (!stored) showScreen('pair');
 })();

@@ -2,8 +2,8 @@
 // builds the DOM from its tokens with createElement and textContent, so no HTML string is
 // ever parsed: with `html: false` raw HTML is a text token, and even a token we do not know
 // becomes text. Links are checked twice (markdown-it's validateLink, then http(s)/mailto
-// only) and open in a new tab without an opener or referrer. Images are shown as links:
-// the page loads nothing the agent names.
+// only, and never this page's own #token= fragment) and open in a new tab without an opener
+// or referrer. Images are shown as links: the page loads nothing the agent names.
 import '/vendor/markdown-it.min.js'; // a UMD build: it sets globalThis.markdownit
 
 const md = globalThis.markdownit({ html: false, linkify: true, typographer: false });
@@ -16,10 +16,18 @@ const SAFE_PROTOCOLS = ['http:', 'https:', 'mailto:'];
 function safeHref(href) {
   try {
     const u = new URL(href, location.href);
-    return SAFE_PROTOCOLS.includes(u.protocol) ? u.href : null;
+    return SAFE_PROTOCOLS.includes(u.protocol) && !pairsThisPage(u) ? u.href : null;
   } catch {
     return null;
   }
+}
+
+// A link to this page with a token in its fragment (`/#token=…`, `#a=1&TOKEN=…`, `#pair=…`)
+// would offer to pair this browser with a token the agent chose (issue 23): it is not made
+// a link at all. Keys are compared as URLSearchParams decodes them, in any case.
+export function pairsThisPage(u) {
+  if (u.origin !== location.origin || !u.hash) return false;
+  return [...new URLSearchParams(u.hash.slice(1)).keys()].some((k) => /^\s*(token|pair)\s*$/i.test(k));
 }
 
 function link(href) {
