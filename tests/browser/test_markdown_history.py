@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from conftest import ROOT
 
-WEB = Path(os.environ.get("WEB_DIR") or ROOT / "web")
+WEB = Path(os.environ.get("WEB_DIR") or ROOT / "web").resolve()  # WEB_DIR=web is relative
 ITEMS = "#messages > .msg, #messages > .card"
 # History writes are batched (history.js flushes 200 ms after the last one): a reload
 # sooner than this could lose the last item, which is not what these tests are about.
