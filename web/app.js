@@ -684,7 +684,11 @@ function onStatus({ detail }) {
     queueAvatar('idle');
   }
   if (detail.state === 'noaccess') {
-    ui.pairError.textContent = `The gateway refused this token (${detail.code}). Paste the current token or open a new pairing link.`;
+    // L52: after failed attempts the gateway refuses an address for a while; say so, or
+    // the owner would paste a token that is right.
+    ui.pairError.textContent = /^too many failed attempts/.test(detail.message || '')
+      ? `The gateway is refusing this address for now after failed attempts (${detail.message}). Wait, then press Pair again.`
+      : `The gateway refused this token (${detail.code}). Paste the current token or open a new pairing link.`;
     ui.pairError.hidden = false;
     showScreen('pair');
   }

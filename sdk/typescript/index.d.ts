@@ -216,6 +216,8 @@ export interface StatusDetail {
   paused?: boolean;
   /** noaccess: `auth_failed` or `forbidden`; never retried. */
   code?: 'auth_failed' | 'forbidden';
+  /** noaccess: the gateway's message, e.g. "too many failed attempts; try again in 4 s". */
+  message?: string;
 }
 
 export interface ReadyDetail {

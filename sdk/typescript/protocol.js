@@ -269,6 +269,7 @@ export class HermesClient extends EventTarget {
     this._replaced = false; // H5: dropped as `replaced`; only connect() opens again
     this._pingSeq = 0;
     this._fatal = null;
+    this._fatalMessage = null;
     this._outbox = []; // what the agent must get: text, audio, media, prompt answers
     this._pumping = false;
     this._messages = new Map(); // agent message id → join state (M1/M2)
@@ -285,6 +286,7 @@ export class HermesClient extends EventTarget {
     this._stopped = false;
     this._replaced = false;
     this._fatal = null;
+    this._fatalMessage = null;
     this._attempt = 0;
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
@@ -392,6 +394,7 @@ export class HermesClient extends EventTarget {
     const conn = ++this._conn;
     this._isReady = false;
     this._fatal = null;
+    this._fatalMessage = null;
     this._lastBuffered = 0;
     this._setState('connecting', { attempt: this._attempt });
     let ws;
@@ -475,7 +478,7 @@ export class HermesClient extends EventTarget {
     if (fatal && FATAL_AUTH.includes(fatal)) {
       // auth_failed / forbidden: the token or the device binding is wrong; retrying cannot help.
       this._stopped = true;
-      this._setState('noaccess', { code: fatal });
+      this._setState('noaccess', { code: fatal, message: this._fatalMessage || '' });
       return;
     }
     if (reason === 'replaced') {
@@ -632,7 +635,10 @@ export class HermesClient extends EventTarget {
       fatal: f.fatal === true,
       id: typeof f.id === 'string' ? f.id : null,
     };
-    if (detail.fatal) this._fatal = code;
+    if (detail.fatal) {
+      this._fatal = code;
+      this._fatalMessage = detail.message; // e.g. the hello throttle's "try again in N s" (L52)
+    }
     // The answer to a request (push_*): its promise is rejected; `request` names its type so
     // that a page showing every error can leave this one to the caller.
     const req = detail.id && this._requests.get(detail.id);
