@@ -322,6 +322,8 @@ pub fn run(url: &str, token: &str, seconds: u64, pid: u32, only: Option<&[String
     };
     let cpu0 = proc_stat::cpu_ticks(pid);
     let during = good_client(&s, seconds, "abused");
+    // What the gateway still holds with every abuser in place: the peak may be a moment.
+    let at_end = proc_stat::rss_kib(pid);
     s.stop.store(true, Ordering::Relaxed);
     let peak = sampler.join().unwrap_or(0);
     for t in threads {
@@ -338,7 +340,11 @@ pub fn run(url: &str, token: &str, seconds: u64, pid: u32, only: Option<&[String
     if names.contains(&"half-messages") {
         println!("{}", s.memory.half_messages.report("half-messages", "messages begun"));
     }
-    println!("abuse: peak RSS {peak} KiB ({:.1} MiB)", peak as f64 / 1024.0);
+    println!(
+        "abuse: peak RSS {peak} KiB ({:.1} MiB); at the end of the abuse {at_end} KiB ({:.1} MiB)",
+        peak as f64 / 1024.0,
+        at_end as f64 / 1024.0
+    );
     println!(
         "abuse: good client alone: {} turns, p50 {:?}, p99 {:?}",
         calm.len(),

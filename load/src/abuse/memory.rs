@@ -54,7 +54,10 @@ const ANNOUNCED: usize = 15 * 1024 * 1024;
 const HALF_FILL: usize = 12 * 1024 * 1024;
 /// Payload written in blocks (and fragments) of this size.
 const BLOCK: usize = 256 * 1024;
-/// Four more bytes this often: the connection looks alive, and fragments are heard (K2).
+/// Something this often, so the connection does not look dead (K2 closes one silent for
+/// 90 s): between fragments a pong, which the gateway hears; inside the one frame only four
+/// more bytes, which it does not (a frame is heard when whole), so those connections are
+/// closed at K2's deadline and replaced.
 const TRICKLE: Duration = Duration::from_secs(20);
 /// A connection the gateway closed is replaced at most this often.
 const REOPEN_EVERY: Duration = Duration::from_millis(250);
@@ -219,10 +222,10 @@ pub fn minted_uploads(s: &Shared, t: usize) {
 }
 
 /// The header of a client frame of `len` payload bytes.
-fn frame_header(first: bool, is_final: bool, len: usize) -> Vec<u8> {
+fn frame_header(opcode: OpCode, is_final: bool, len: usize) -> Vec<u8> {
     let h = FrameHeader {
         is_final,
-        opcode: OpCode::Data(if first { Data::Text } else { Data::Continue }),
+        opcode,
         mask: Some(MASK),
         ..FrameHeader::default()
     };
@@ -264,24 +267,39 @@ enum Gone {
 impl HalfMessage {
     /// The next bytes to write, or `false` when nothing is due.
     fn refill(&mut self, masked: &[u8]) -> bool {
-        let (len, first) = if self.sent < HALF_FILL {
-            (BLOCK, self.sent == 0)
-        } else if self.last.elapsed() >= TRICKLE && self.sent + 4 <= ANNOUNCED {
-            (4, false)
-        } else {
+        let filling = self.sent < HALF_FILL;
+        if !filling && (self.last.elapsed() < TRICKLE || self.sent + 4 > ANNOUNCED) {
             return false;
-        };
+        }
         self.out.clear();
         self.written = 0;
-        match self.shape {
-            Shape::OneFrame if first => self.out.extend(frame_header(true, true, ANNOUNCED)),
-            Shape::OneFrame => {}
-            Shape::Fragments => self.out.extend(frame_header(first, false, len)),
-        }
+        self.last = Instant::now();
+        let text = OpCode::Data(Data::Text);
+        let len = match self.shape {
+            Shape::OneFrame if self.sent == 0 => {
+                self.out.extend(frame_header(text, true, ANNOUNCED));
+                BLOCK
+            }
+            Shape::OneFrame if filling => BLOCK,
+            Shape::OneFrame => 4,
+            Shape::Fragments if filling => {
+                let op = if self.sent == 0 {
+                    text
+                } else {
+                    OpCode::Data(Data::Continue)
+                };
+                self.out.extend(frame_header(op, false, BLOCK));
+                BLOCK
+            }
+            Shape::Fragments => {
+                // Control frames may come between a message's fragments (RFC 6455 5.4).
+                self.out.extend(frame_header(OpCode::Control(Control::Pong), true, 0));
+                return true;
+            }
+        };
         // Every payload offset here is a multiple of 4, so the masked bytes are the same.
         self.out.extend_from_slice(&masked[..len]);
         self.sent += len;
-        self.last = Instant::now();
         true
     }
 
@@ -399,15 +417,88 @@ mod tests {
 
     #[test]
     fn headers_announce_what_the_attack_means() {
-        let mut one = Cursor::new(frame_header(true, true, ANNOUNCED));
+        let mut one = Cursor::new(frame_header(OpCode::Data(Data::Text), true, ANNOUNCED));
         let (h, len) = FrameHeader::parse(&mut one).unwrap().unwrap();
         assert!(h.is_final && h.mask == Some(MASK) && h.opcode == OpCode::Data(Data::Text));
         assert_eq!(len as usize, ANNOUNCED);
 
-        let mut frag = Cursor::new(frame_header(false, false, BLOCK));
+        let mut frag = Cursor::new(frame_header(OpCode::Data(Data::Continue), false, BLOCK));
         let (h, len) = FrameHeader::parse(&mut frag).unwrap().unwrap();
         assert!(!h.is_final && h.opcode == OpCode::Data(Data::Continue));
         assert_eq!(len as usize, BLOCK);
+    }
+
+    /// Everything a half-sent message of `shape` writes up to and including its first
+    /// keep-alive.
+    fn written(shape: Shape, masked: &[u8]) -> Vec<u8> {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut h = HalfMessage {
+            stream: TcpStream::connect(listener.local_addr().unwrap()).unwrap(),
+            shape,
+            out: Vec::new(),
+            written: 0,
+            sent: 0,
+            last: Instant::now(),
+            input: Vec::new(),
+        };
+        let mut bytes = Vec::new();
+        while h.sent < HALF_FILL {
+            assert!(h.refill(masked));
+            bytes.extend_from_slice(&h.out);
+        }
+        assert!(!h.refill(masked), "nothing more until the keep-alive is due");
+        h.last -= TRICKLE;
+        assert!(h.refill(masked));
+        bytes.extend_from_slice(&h.out);
+        bytes
+    }
+
+    /// The gateway's side: tungstenite as a server, with the 16 MiB message limit.
+    fn server_reads(bytes: Vec<u8>) -> tungstenite::Result<tungstenite::Message> {
+        use tungstenite::protocol::{Role, WebSocket, WebSocketConfig};
+        let limit = 16 * 1024 * 1024;
+        let config = WebSocketConfig::default()
+            .max_message_size(Some(limit))
+            .max_frame_size(Some(limit));
+        let stream = std::io::Cursor::new(bytes);
+        WebSocket::from_raw_socket(stream, Role::Server, Some(config)).read()
+    }
+
+    #[test]
+    fn half_sent_messages_are_valid_websocket_and_never_end() {
+        let masked: Vec<u8> = (0..BLOCK).map(|i| b'a' ^ MASK[i % 4]).collect();
+        // Fragments: 12 MiB of a text message, then a pong the server hears between them.
+        let mut fragments = written(Shape::Fragments, &masked);
+        match server_reads(fragments.clone()) {
+            Ok(tungstenite::Message::Pong(p)) => assert!(p.is_empty()),
+            other => panic!("expected the pong, got {other:?}"),
+        }
+        // Finished by hand, the same bytes make a 12 MiB message of 'a's: the masking is right.
+        fragments.extend(frame_header(OpCode::Data(Data::Continue), true, 0));
+        let mut ws = {
+            use tungstenite::protocol::{Role, WebSocket, WebSocketConfig};
+            let config = WebSocketConfig::default().max_message_size(None).max_frame_size(None);
+            WebSocket::from_raw_socket(Cursor::new(fragments), Role::Server, Some(config))
+        };
+        assert!(matches!(ws.read(), Ok(tungstenite::Message::Pong(_))));
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                assert_eq!(t.len(), HALF_FILL);
+                assert!(t.bytes().all(|b| b == b'a'));
+            }
+            other => panic!("expected the text, got {other:?}"),
+        }
+
+        // One frame: the header passes the limit, and the message simply never ends.
+        let one = written(Shape::OneFrame, &masked);
+        assert_eq!(
+            one.len(),
+            frame_header(OpCode::Data(Data::Text), true, ANNOUNCED).len() + HALF_FILL + 4
+        );
+        match server_reads(one) {
+            Err(tungstenite::Error::Protocol(tungstenite::error::ProtocolError::ResetWithoutClosingHandshake)) => {}
+            other => panic!("expected an unfinished frame, got {other:?}"),
+        }
     }
 
     #[test]
