@@ -50,6 +50,9 @@ pub const MAX_SPECULATIVE_UPLOAD_BYTES: usize = 32 * 1024 * 1024;
 /// L51). Device ids are free to mint, so the per-device 8 MiB (U2) alone bounds nothing.
 /// The server sets it from `MOBILE_MEMORY_BUDGET`.
 pub const MAX_UPLOAD_TOTAL_BYTES: usize = MAX_SPECULATIVE_UPLOAD_BYTES + 32 * 1024 * 1024;
+/// The least the bytes of unfinished uploads may hold, whatever the budget (L51): one
+/// device's whole 8 MiB (U2) and its bookkeeping (L31: at most 64 B + 3 B a part).
+pub const MIN_UPLOAD_BYTES_SHARE: usize = MAX_UPLOAD_BUFFER_BYTES + 2 * 1024 * 1024;
 /// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
 pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
 pub const MAX_OPEN_PROMPTS: usize = 256;

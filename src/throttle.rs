@@ -103,7 +103,7 @@ impl Throttle {
         Some(block)
     }
 
-    /// Addresses remembered (for `/healthz` and tests).
+    /// Addresses remembered.
     pub fn len(&self) -> usize {
         self.sources.len()
     }

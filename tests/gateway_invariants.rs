@@ -90,6 +90,8 @@ proptest! {
             prop_assert!(stats.upload_bytes <= stats.connections * 8 * 1024 * 1024);
             prop_assert!(stats.devices_online <= stats.authenticated);
             prop_assert!(stats.authenticated <= stats.connections);
+            // Issue 23 (L51): the uploads' totals are the sums, across every change.
+            prop_assert_eq!(stats.upload_held, stats.upload_held_by_conn);
         }
         for c in conns {
             h.close(c);
@@ -98,6 +100,7 @@ proptest! {
         let stats = h.gw.stats();
         prop_assert_eq!(stats.connections, 0);
         prop_assert_eq!(stats.upload_bytes, 0);
+        prop_assert_eq!(stats.upload_held, 0);
         prop_assert_eq!(stats.held_bytes, 0);
         prop_assert_eq!(stats.open_prompts, 0);
         prop_assert_eq!(stats.dedup_entries, 0, "the dedup window drains");

@@ -94,7 +94,9 @@ fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
 /// service's settings file names the state directory).
 fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config::ServerConfig, (String, i32)> {
     let l = env_file::layered(env, args, env_file::Unreadable::Fail).map_err(|e| (e.to_string(), 2))?;
-    let s = config::secrets::resolve(&l.env, &l.args, &config::secrets::read_secret_file).map_err(|e| (e, 2))?;
+    // Only the app token: `token` and `pair` show nothing else.
+    let s = config::secrets::resolve(&l.env, &l.args, &["MOBILE_TOKEN"], &config::secrets::read_secret_file)
+        .map_err(|e| (e, 2))?;
     let mut config = config::parse(&s.env, &s.args).map_err(|e| (e, 2))?;
     if let Some(file) = l.file.filter(|_| !config.token_given) {
         // Creating a token here would leave it owned by root, unreadable by the service.
@@ -117,7 +119,8 @@ fn token_in_use(env: &HashMap<String, String>, args: &[String]) -> Result<config
 
 fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
     // L55: secrets from files (systemd credentials, Docker secrets) before the settings.
-    let secrets = match config::secrets::resolve(env, args, &config::secrets::read_secret_file) {
+    let secrets = match config::secrets::resolve(env, args, &config::secrets::all(), &config::secrets::read_secret_file)
+    {
         Ok(r) => r,
         Err(e) => return fail(e, 2),
     };

@@ -73,6 +73,16 @@ fn text(status: &str, body: &str) -> Vec<u8> {
     response(status, "text/plain; charset=utf-8", &format!("{body}\n"), "")
 }
 
+/// The last line of a header sent more than once: a proxy appends its own line (HAProxy's
+/// `option forwardfor` adds a second `X-Forwarded-For`), and the first is the client's word.
+fn header_last<'h>(headers: &'h [httparse::Header<'_>], name: &str) -> Option<&'h [u8]> {
+    headers
+        .iter()
+        .rev()
+        .find(|h| h.name.eq_ignore_ascii_case(name))
+        .map(|h| h.value)
+}
+
 fn header<'h>(headers: &'h [httparse::Header<'_>], name: &str) -> Option<&'h [u8]> {
     headers
         .iter()
@@ -188,11 +198,13 @@ fn upgrade(headers: &[httparse::Header<'_>], agent: bool) -> Route {
     }
 }
 
-/// The client's address as a proxy reports it: the single-address headers first, then
-/// the last `X-Forwarded-For` entry and the last `Forwarded: for=` (what the nearest proxy
-/// appended; earlier entries are the client's own word).
+/// The client's address as a proxy reports it: the last entry of the last
+/// `X-Forwarded-For` (what the nearest proxy appended; nginx's `$proxy_add_x_forwarded_for`,
+/// Caddy and HAProxy all write it; earlier entries are the client's own word), else the last
+/// `Forwarded: for=`, and only then the single-address headers a proxy sets but may also
+/// pass through from the client unchanged (`X-Real-IP` behind Caddy).
 fn client_address(headers: &[httparse::Header<'_>]) -> Option<std::net::IpAddr> {
-    let value = |name| header(headers, name).and_then(|v| std::str::from_utf8(v).ok());
+    let value = |name| header_last(headers, name).and_then(|v| std::str::from_utf8(v).ok());
     let parse = |s: &str| -> Option<std::net::IpAddr> {
         let s = s.trim().trim_matches('"');
         let s = s.strip_prefix('[').map_or(s, |v6| v6.split(']').next().unwrap_or(v6));
@@ -200,24 +212,20 @@ fn client_address(headers: &[httparse::Header<'_>]) -> Option<std::net::IpAddr> 
             .ok()
             .or_else(|| s.rsplit_once(':').and_then(|(ip, _port)| ip.parse().ok()))
     };
-    for name in ["x-real-ip", "cf-connecting-ip", "true-client-ip"] {
-        if let Some(ip) = value(name).and_then(parse) {
-            return Some(ip);
-        }
+    if let Some(xff) = value("x-forwarded-for") {
+        return xff.rsplit(',').next().and_then(parse);
     }
-    if let Some(ip) = value("x-forwarded-for")
-        .and_then(|v| v.rsplit(',').next())
-        .and_then(parse)
-    {
-        return Some(ip);
+    if let Some(forwarded) = value("forwarded") {
+        let last = forwarded.rsplit(',').next()?;
+        let for_ = last.split(';').find_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            k.trim().eq_ignore_ascii_case("for").then_some(v)
+        })?;
+        return parse(for_);
     }
-    let forwarded = value("forwarded")?;
-    let last = forwarded.rsplit(',').next()?;
-    let for_ = last.split(';').find_map(|kv| {
-        let (k, v) = kv.split_once('=')?;
-        k.trim().eq_ignore_ascii_case("for").then_some(v)
-    })?;
-    parse(for_)
+    ["x-real-ip", "cf-connecting-ip", "true-client-ip"]
+        .into_iter()
+        .find_map(|name| value(name).and_then(parse))
 }
 
 #[cfg(test)]
@@ -283,6 +291,10 @@ mod tests {
             ("True-Client-IP: 5.6.7.8", Some("5.6.7.8")),
             ("Via: 1.1 proxy", None),
             ("X-Real-IP: not-an-address", None),
+            // The review's bypasses: a client's own X-Real-IP passed through beside the
+            // proxy's X-Forwarded-For, and HAProxy's second X-Forwarded-For line.
+            ("X-Real-IP: 6.6.6.6\r\nX-Forwarded-For: 1.2.3.4", Some("1.2.3.4")),
+            ("X-Forwarded-For: 6.6.6.6\r\nX-Forwarded-For: 1.2.3.4", Some("1.2.3.4")),
         ];
         for (h, ip) in cases {
             match route(&format!("{UPGRADE}{h}\r\n\r\n")) {

@@ -190,7 +190,8 @@ pub fn run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         }
     };
     // L55: secrets from files: --token-file, and the *_FILE variables of the env file.
-    let env = match crate::config::secrets::resolve(env, &[], &crate::config::secrets::read_secret_file) {
+    let wanted = ["MOBILE_TOKEN", "MOBILE_DELIVER_TOKENS"];
+    let env = match crate::config::secrets::resolve(env, &[], &wanted, &crate::config::secrets::read_secret_file) {
         Ok(r) => {
             for w in r.warnings {
                 eprintln!("hermes-mobile send: warning: {w}");

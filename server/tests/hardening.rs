@@ -76,7 +76,7 @@ fn an_idle_socket_must_send_its_request_head_soon() {
     let mut buf = [0u8; 16];
     assert!(matches!(s.read(&mut buf), Ok(0) | Err(_)));
     assert!(started.elapsed() < Duration::from_secs(15), "{:?}", started.elapsed());
-    server.wait_for_log("no complete request head within 5 s");
+    server.wait_for_log("no complete request head in time");
 }
 
 /// A masked client text frame header announcing `len` bytes, and `sent` of them.
@@ -118,14 +118,18 @@ fn media(id: &str, part: usize, parts: usize, bytes: usize) -> Value {
 #[test]
 fn uploads_of_minted_device_ids_are_refused_past_their_share_and_not_fatally() {
     // issue 23 #2, decisions L51: open uploads were limited per device only, and device ids
-    // are free to mint. Budget 16 MiB: uploads hold at most 3 MiB, 2 MiB of it bytes.
+    // are free to mint. At a 16 MiB budget the uploads' bytes get their floor, one device's
+    // whole upload (10 MiB): a second device's parts past it are refused.
     let server = Server::start(&[("MOBILE_MEMORY_BUDGET", "16")]);
     let mut first = Client::hello(&server, "mint-1");
-    first.send(media("u1", 0, 4, 1_500_000));
+    for part in 0..5 {
+        first.send(media("u1", part, 8, 1_600_000));
+    }
     first.send(json!({"t":"ping","ts":1}));
-    assert_eq!(first.until("pong").len(), 1, "the first part was taken without a word");
+    assert_eq!(first.until("pong").len(), 1, "8 MB of parts taken without a word");
     let mut second = Client::hello(&server, "mint-2");
-    second.send(media("u2", 0, 4, 1_500_000));
+    second.send(media("u2", 0, 4, 1_600_000));
+    second.send(media("u2", 1, 4, 1_600_000));
     let error = second.recv();
     assert_eq!(
         (error["t"].as_str(), error["code"].as_str()),
@@ -134,11 +138,11 @@ fn uploads_of_minted_device_ids_are_refused_past_their_share_and_not_fatally() {
     );
     assert_eq!(error["fatal"], false);
     assert_eq!(error["id"], "u2");
-    server.wait_for_log("the share of MOBILE_MEMORY_BUDGET");
+    server.wait_for_log("unfinished uploads hold passes their");
     // Still connected: a text goes through.
     second.send(json!({"t":"text","id":"m1","text":"/ping"}));
     assert_eq!(second.recv()["t"], "avatar");
-    assert!(healthz(&server)["upload_held"].as_u64().unwrap() <= 3 << 20);
+    assert!(healthz(&server)["upload_held"].as_u64().unwrap() <= 12 << 20);
 }
 
 fn hello_from(server: &Server, client_ip: &str, token: &str) -> Value {
@@ -156,8 +160,17 @@ fn password_guessing_is_throttled_per_client_address_behind_a_proxy() {
         let answer = hello_from(&server, "203.0.113.5", "guess-0123456789abcdef");
         assert_eq!(answer["message"], "invalid token");
     }
-    let blocked = hello_from(&server, "203.0.113.5", TOKEN);
-    assert_eq!(blocked["code"], "auth_failed");
+    // The first block is 1 s; on a loaded machine the next hello may come after it. Each
+    // failure after it doubles the block, so a few rounds always catch one in force.
+    let mut blocked = hello_from(&server, "203.0.113.5", TOKEN);
+    for _ in 0..4 {
+        if blocked["t"] != "ready" {
+            break;
+        }
+        hello_from(&server, "203.0.113.5", "guess-0123456789abcdef");
+        blocked = hello_from(&server, "203.0.113.5", TOKEN);
+    }
+    assert_eq!(blocked["code"], "auth_failed", "{blocked}");
     assert!(blocked["message"]
         .as_str()
         .unwrap()
@@ -206,6 +219,8 @@ fn weak_secrets_stop_start_up_and_secrets_come_from_files() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("token");
     std::fs::write(&file, "token-from-a-file-0123456789\n").unwrap();
+    // Readable by others whatever the umask: the gateway must say so.
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let server = Server::start(&[("MOBILE_TOKEN_FILE", file.to_str().unwrap()), ("MOBILE_TOKEN", "")]);
     let mut c = Client::connect(&server);
     c.send(json!({"t":"hello","token":"token-from-a-file-0123456789","device":{"id":"tel-1"}}));

@@ -234,6 +234,26 @@ impl AgentLink {
         self.write(peer, error_line(&error));
     }
 
+    /// L39's agent token behind L52's throttle: a blocked address is refused without its
+    /// token being compared, so a block is never a guess; a wrong token counts against it.
+    fn check_agent_token(&mut self, now: Time, source: SourceKey, given: Option<&str>) -> Result<(), LineError> {
+        if let Some(left) = self.throttle.blocked(source, now) {
+            let message = format!(
+                "too many failed attempts; try again in {} s",
+                left.as_millis().div_ceil(1000)
+            );
+            return Err(LineError::new("auth_failed", message));
+        }
+        let expected = self.token.as_deref().unwrap_or("");
+        if !expected.is_empty() && ct_eq(given.unwrap_or("").as_bytes(), expected.as_bytes()) {
+            return Ok(());
+        }
+        if let Some(block) = self.throttle.record_failure(source, now) {
+            log::warn!("agent link: failed agent hellos from one address; refusing it for {block:?} (L52)");
+        }
+        Err(LineError::new("auth_failed", "wrong or missing agent token"))
+    }
+
     /// The line was over the limit (skipped by the reader).
     pub fn handle_too_big(&mut self, peer: PeerId) {
         self.refuse(
@@ -256,24 +276,10 @@ impl AgentLink {
         };
         match (parsed, role) {
             (AgentLine::Hello(hello), None) => {
-                let (needs_token, source) = (state.needs_token, state.source);
-                if needs_token {
-                    if let Some(left) = self.throttle.blocked(source, now) {
-                        // L52: not even compared, so a block is never a guess.
-                        let message = format!("too many failed attempts; try again in {} s", left.as_secs().max(1));
-                        self.refuse(peer, LineError::new("auth_failed", message));
-                        self.peers.remove(&peer);
-                        return self.close(peer, "agent token refused: too many failed attempts");
-                    }
-                    let expected = self.token.as_deref().unwrap_or("");
-                    let given = hello.token.as_deref().unwrap_or("");
-                    if expected.is_empty() || !ct_eq(given.as_bytes(), expected.as_bytes()) {
-                        if let Some(block) = self.throttle.record_failure(source, now) {
-                            log::warn!(
-                                "agent link: failed agent hellos from one address; refusing it for {block:?} (L52)"
-                            );
-                        }
-                        self.refuse(peer, LineError::new("auth_failed", "wrong or missing agent token"));
+                if state.needs_token {
+                    let source = state.source;
+                    if let Err(refusal) = self.check_agent_token(now, source, hello.token.as_deref()) {
+                        self.refuse(peer, refusal);
                         // Forgotten now: nothing more it sends on this connection counts.
                         self.peers.remove(&peer);
                         return self.close(peer, "agent token refused");

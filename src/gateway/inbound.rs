@@ -8,7 +8,7 @@ use crate::agent::{AgentEvent, Audio, CommandError, UserInfo};
 use crate::auth::{authorize, Role};
 use crate::base64::{decode_bounded, BoundedDecodeError};
 use crate::ids::{ConnId, DeviceId};
-use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES};
+use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MAX_MEDIA_BYTES, MIN_UPLOAD_BYTES_SHARE};
 use crate::prompts::Closed;
 use crate::time::Time;
 use crate::uploads::ChunkOutcome;
@@ -56,23 +56,9 @@ impl Gateway {
         } else {
             DeviceId(hello.device_id.into_owned())
         };
-        let source = self.conns.get(&conn).map(|c| c.peer.source).unwrap_or_default();
-        if let Some(left) = self.throttle.blocked(source, now) {
-            // L52: the token is not even looked at, so a blocked attempt is never a guess.
-            let message = format!("too many failed attempts; try again in {} s", left.as_secs().max(1));
-            return self.fail(conn, Rejection::new(ErrorCode::AuthFailed, message));
-        }
-        let role = match authorize(&self.config, &hello.token, device.as_str()) {
+        let role = match self.authorize_throttled(now, conn, &hello.token, &device) {
             Ok(role) => role,
-            Err(r) => {
-                if r.code == ErrorCode::AuthFailed {
-                    if let Some(block) = self.throttle.record_failure(source, now) {
-                        log::warn!("{conn:?}: failed hellos from one address; refusing it for {block:?} (L52)");
-                    }
-                    self.arm_sweep(now);
-                }
-                return self.fail(conn, r);
-            }
+            Err(r) => return self.fail(conn, r),
         };
         let name = if hello.device_name.is_empty() {
             device.as_str().to_owned()
@@ -132,6 +118,33 @@ impl Gateway {
             self.send(conn, frame);
         }
         self.flush_hold(conn, &device);
+    }
+
+    /// H1–H3 behind L52's throttle: a blocked address is refused without its token being
+    /// looked at, so a block is never a guess; an `auth_failed` counts against it.
+    fn authorize_throttled(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        token: &str,
+        device: &DeviceId,
+    ) -> Result<Role, Rejection> {
+        let source = self.conns.get(&conn).map(|c| c.peer.source).unwrap_or_default();
+        if let Some(left) = self.throttle.blocked(source, now) {
+            let message = format!(
+                "too many failed attempts; try again in {} s",
+                left.as_millis().div_ceil(1000)
+            );
+            return Err(Rejection::new(ErrorCode::AuthFailed, message));
+        }
+        let verdict = authorize(&self.config, token, device.as_str());
+        if verdict.as_ref().is_err_and(|r| r.code == ErrorCode::AuthFailed) {
+            if let Some(block) = self.throttle.record_failure(source, now) {
+                log::warn!("{conn:?}: failed hellos from one address; refusing it for {block:?} (L52)");
+            }
+            self.arm_sweep(now);
+        }
+        verdict
     }
 
     fn on_frame(&mut self, now: Time, conn: ConnId, device: DeviceId, role: Role, frame: ClientFrame<'_>) {
@@ -252,20 +265,22 @@ impl Gateway {
         // however many device ids a peer mints: their bytes (and bookkeeping) within what
         // the share leaves beside L31's room, which is bounded on its own. The part's
         // decoded size is at most 3/4 of its base64 (white space only makes it smaller, L11).
+        // The bytes always have room for one whole upload of one device (U2's 8 MiB and its
+        // bookkeeping), however small the budget: a phone alone can always send its file.
         let part = m.data.len() / 4 * 3 + 3;
         let bytes_cap = self
             .config
             .max_upload_total
-            .saturating_sub(self.config.max_upload_speculation);
+            .saturating_sub(self.config.max_upload_speculation)
+            .max(MIN_UPLOAD_BYTES_SHARE);
         let room = self.config.max_upload_total.saturating_sub(totals.held() + part);
-        if m.parts > 1 && totals.held() - totals.speculative() + part > bytes_cap {
+        let bytes_held = totals.held() - totals.speculative();
+        if m.parts > 1 && bytes_held + part > bytes_cap {
             c.uploads.abandon(&m.id);
             self.upload_totals.update(before, c.uploads.footprint());
             log::warn!(
-                "{conn:?}: upload {:?} refused: unfinished uploads hold {} bytes, the share of MOBILE_MEMORY_BUDGET is {}",
+                "{conn:?}: upload {:?} refused: a part of {part} bytes on top of the {bytes_held} unfinished uploads hold passes their {bytes_cap} (L51, MOBILE_MEMORY_BUDGET)",
                 m.id,
-                self.upload_totals.held(),
-                self.config.max_upload_total
             );
             let r = Rejection::too_big("the gateway holds too many unfinished uploads; try again later");
             return self.send_error(conn, &r.with_id(Some(&m.id)), false);
@@ -420,17 +435,21 @@ impl Gateway {
         self.config.extra_tokens.iter().any(|(d, _)| d == device.as_str())
     }
 
-    /// Whether a `deliver` target names `device` itself (S3's forms, the home device when
-    /// empty).
+    /// Whether a `deliver` target names `device` itself.
     fn targets_itself(&self, device: &DeviceId, raw_target: &str) -> bool {
+        self.deliver_target(raw_target).as_ref() == Some(device)
+    }
+
+    /// S3: the device a `deliver` target names (`mobile:<id>` or `<id>`; empty: the home
+    /// device, if one is set).
+    fn deliver_target(&self, raw_target: &str) -> Option<DeviceId> {
         let raw = raw_target.trim();
         let target = raw.strip_prefix("mobile:").unwrap_or(raw).trim();
-        let target = if target.is_empty() {
-            self.config.home_device.as_deref().unwrap_or_default()
-        } else {
-            target
-        };
-        target == device.as_str()
+        match (target.is_empty(), &self.config.home_device) {
+            (false, _) => Some(DeviceId(target.to_owned())),
+            (true, Some(home)) => Some(DeviceId(home.clone())),
+            (true, None) => None,
+        }
     }
 
     /// S3–S5 for any sender (a service connection, or the agent link): resolves the target,
@@ -450,12 +469,8 @@ impl Gateway {
         if let Some(target) = self.delivered.get(now, sender, id) {
             return Ok((DeviceId(target.clone()), false));
         }
-        let raw_target = raw_target.trim();
-        let target = raw_target.strip_prefix("mobile:").unwrap_or(raw_target).trim();
-        let target = match (target.is_empty(), &self.config.home_device) {
-            (false, _) => DeviceId(target.to_owned()),
-            (true, Some(home)) => DeviceId(home.clone()),
-            (true, None) => return Err(CommandError::BadTarget),
+        let Some(target) = self.deliver_target(raw_target) else {
+            return Err(CommandError::BadTarget);
         };
         if file.as_ref().is_some_and(|f| f.data.len() > MAX_MEDIA_BYTES) {
             return Err(CommandError::FileTooBig);

@@ -75,8 +75,11 @@ pub struct Stats {
     pub devices_known: usize,
     pub open_uploads: usize,
     pub upload_bytes: usize,
-    /// Memory unfinished uploads hold (bytes, reserved room, bookkeeping): what L51 bounds.
+    /// Memory unfinished uploads hold (bytes, reserved room, bookkeeping): what L51 bounds,
+    /// as the totals keep it.
     pub upload_held: usize,
+    /// The same, summed over the connections: a test checks the totals against it.
+    pub upload_held_by_conn: usize,
     pub held_bytes: usize,
     pub open_prompts: usize,
     pub dedup_entries: usize,
@@ -279,6 +282,7 @@ impl Gateway {
             open_uploads: conns.clone().map(|c| c.uploads.open_count()).sum(),
             upload_bytes: conns.map(|c| c.uploads.buffered()).sum(),
             upload_held: self.upload_totals.held(),
+            upload_held_by_conn: self.conns.values().map(|c| c.uploads.held()).sum(),
             held_bytes: self.devices.values().map(|d| d.hold.bytes()).sum(),
             open_prompts: self.prompts.open_count(),
             dedup_entries: self.seen.len() + self.delivered.len(),

@@ -74,14 +74,16 @@ impl Gateway {
                         card.description
                     );
                 }
-                // (a): what the notification shows of it: the command, or the question,
-                // with hidden characters shown (preview reveals them) and a warning.
+                // (a): what the notification shows of it: the command, or the question; a
+                // card's hidden characters shown as ⟨U+202E⟩ behind a warning (L49), so a
+                // lock screen cannot show one command for another either. (Replies keep
+                // theirs: an emoji's joiner is no threat there.)
                 let shown = preview(card.command.as_deref().unwrap_or(&card.text));
                 let notice = NotifyEvent::Card {
                     prompt: card.id.clone(),
                     kind: card.kind,
                     text: if hidden {
-                        format!("\u{26A0} hidden characters: {shown}")
+                        format!("\u{26A0} hidden characters: {}", crate::hidden::reveal(&shown))
                     } else {
                         shown
                     },

@@ -81,7 +81,5 @@ pub enum NotifyEvent {
 
 /// The start of `text`, at most `MAX_PREVIEW_CHARS` characters.
 pub(crate) fn preview(text: &str) -> String {
-    // Hidden characters are shown as ⟨U+202E⟩ (L49): a lock screen must not show one
-    // command for another either.
-    crate::hidden::reveal(crate::text::truncate_chars(text, MAX_PREVIEW_CHARS)).into_owned()
+    crate::text::truncate_chars(text, MAX_PREVIEW_CHARS).to_owned()
 }

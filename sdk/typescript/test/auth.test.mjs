@@ -20,7 +20,7 @@ test('a wrong token: auth_failed, state noaccess, one connection attempt only', 
   const states = record(client, 'status');
   const noaccess = waitFor(client, 'status', (d) => d.state === 'noaccess');
   client.connect();
-  assert.deepEqual(await noaccess, { state: 'noaccess', code: 'auth_failed' });
+  assert.deepEqual(await noaccess, { state: 'noaccess', code: 'auth_failed', message: 'invalid token' });
   assert.equal(errors.length, 1);
   assert.equal(errors[0].code, 'auth_failed');
   assert.equal(errors[0].fatal, true);

@@ -32,17 +32,22 @@ pub struct Resolved {
     pub warnings: Vec<String>,
 }
 
-/// Reads the secret files `env` and `args` name (`read` reads one; the binary passes
-/// [`read_secret_file`]).
+/// The secrets that list several tokens, one per line in a file or comma-separated.
+const LISTS: &[&str] = &["MOBILE_EXTRA_TOKENS", "MOBILE_DELIVER_TOKENS"];
+
+/// Reads the secret files `env` and `args` name, of the variables in `wanted` only (a
+/// command reads no secret it does not use: `send` run by another user must not fail on the
+/// service's own files). `read` reads one; the binary passes [`read_secret_file`].
 pub fn resolve(
     env: &HashMap<String, String>,
     args: &[String],
+    wanted: &[&str],
     read: &dyn Fn(&Path) -> Result<SecretFile, String>,
 ) -> Result<Resolved, String> {
     let mut env = env.clone();
     let mut args = args.to_vec();
     let mut warnings = Vec::new();
-    for &(flag, var) in SECRETS {
+    for &(flag, var) in SECRETS.iter().filter(|(_, var)| wanted.contains(var)) {
         let file_var = format!("{var}_FILE");
         let file_flag = (!flag.is_empty()).then(|| format!("{flag}-file"));
         let from_flag = file_flag.as_deref().and_then(|f| take_flag(&mut args, f));
@@ -68,22 +73,40 @@ pub fn resolve(
         };
         let (secret, warning) = read(Path::new(&path)).map_err(|e| format!("{file_var} {path}: {e}"))?;
         warnings.extend(warning);
+        let secret = if LISTS.contains(&var) {
+            // One entry a line reads as the comma-separated list (C2).
+            secret.lines().collect::<Vec<_>>().join(",")
+        } else if secret.contains(['\n', '\r']) {
+            return Err(format!("{file_var} {path}: the file holds more than one line"));
+        } else {
+            secret
+        };
         env.insert(var.to_owned(), secret);
     }
     Ok(Resolved { env, args, warnings })
 }
 
-/// Takes `flag VALUE` or `flag=VALUE` out of `args`, returning the value.
+/// Takes every `flag VALUE` or `flag=VALUE` out of `args`, returning the last value (a
+/// flag given twice counts once, as `parse` takes the last).
 fn take_flag(args: &mut Vec<String>, flag: &str) -> Option<String> {
-    let i = args
+    let mut value = None;
+    while let Some(i) = args
         .iter()
-        .position(|a| a == flag || a.starts_with(&format!("{flag}=")))?;
-    let arg = args.remove(i);
-    match arg.split_once('=') {
-        Some((_, value)) => Some(value.to_owned()),
-        None if i < args.len() => Some(args.remove(i)),
-        None => Some(String::new()),
+        .position(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    {
+        let arg = args.remove(i);
+        value = Some(match arg.split_once('=') {
+            Some((_, v)) => v.to_owned(),
+            None if i < args.len() => args.remove(i),
+            None => String::new(),
+        });
     }
+    value
+}
+
+/// Every secret, for `serve`.
+pub fn all() -> Vec<&'static str> {
+    SECRETS.iter().map(|(_, var)| *var).collect()
 }
 
 fn has_flag(args: &[String], flag: &str) -> bool {
@@ -130,6 +153,14 @@ mod tests {
         list.iter().map(|s| s.to_string()).collect()
     }
 
+    fn resolve_all(
+        env: &HashMap<String, String>,
+        args: &[String],
+        read: &dyn Fn(&Path) -> Result<SecretFile, String>,
+    ) -> Result<Resolved, String> {
+        resolve(env, args, &all(), read)
+    }
+
     fn files(path: &Path) -> Result<SecretFile, String> {
         match path.to_str() {
             Some("/run/credentials/token") => Ok(("from-a-file-0123456789".into(), None)),
@@ -141,10 +172,10 @@ mod tests {
     #[test]
     fn secrets_come_from_files_by_variable_or_flag() {
         // decisions L55
-        let r = resolve(&env(&[("MOBILE_TOKEN_FILE", "/run/credentials/token")]), &[], &files).unwrap();
+        let r = resolve_all(&env(&[("MOBILE_TOKEN_FILE", "/run/credentials/token")]), &[], &files).unwrap();
         assert_eq!(r.env["MOBILE_TOKEN"], "from-a-file-0123456789");
         assert!(r.warnings.is_empty());
-        let r = resolve(
+        let r = resolve_all(
             &env(&[]),
             &args(&["--port", "1", "--deliver-tokens-file", "/open/token"]),
             &files,
@@ -153,7 +184,7 @@ mod tests {
         assert_eq!(r.env["MOBILE_DELIVER_TOKENS"], "open-file-0123456789");
         assert_eq!(r.args, args(&["--port", "1"]), "the file flag is taken out");
         assert_eq!(r.warnings, ["/open/token is open"]);
-        let r = resolve(
+        let r = resolve_all(
             &env(&[("MOBILE_AGENT_KEY_FILE", "/run/credentials/token")]),
             &[],
             &files,
@@ -161,7 +192,7 @@ mod tests {
         .unwrap();
         assert_eq!(r.env["MOBILE_AGENT_KEY"], "from-a-file-0123456789");
         // A flag file wins over the variable, as a flag does.
-        let r = resolve(
+        let r = resolve_all(
             &env(&[("MOBILE_TOKEN", "env-token-0123456789")]),
             &args(&["--token-file=/run/credentials/token"]),
             &files,
@@ -171,15 +202,42 @@ mod tests {
     }
 
     #[test]
+    fn list_files_take_one_entry_a_line_and_commands_read_only_their_secrets() {
+        // The review's cases: a one-per-line MOBILE_EXTRA_TOKENS_FILE, and `send` as another
+        // user beside a service-only MOBILE_AGENT_KEY_FILE.
+        let lines = |_: &Path| -> Result<SecretFile, String> {
+            Ok(("tel-1=one-0123456789abcdef\ntel-2=two-0123456789abcdef".into(), None))
+        };
+        let r = resolve_all(&env(&[("MOBILE_EXTRA_TOKENS_FILE", "/x")]), &[], &lines).unwrap();
+        assert_eq!(
+            r.env["MOBILE_EXTRA_TOKENS"],
+            "tel-1=one-0123456789abcdef,tel-2=two-0123456789abcdef"
+        );
+        let err = resolve_all(&env(&[("MOBILE_TOKEN_FILE", "/x")]), &[], &lines).unwrap_err();
+        assert!(err.contains("more than one line"), "{err}");
+        let service_only = env(&[
+            ("MOBILE_AGENT_KEY_FILE", "/root-only"),
+            ("MOBILE_TOKEN_FILE", "/run/credentials/token"),
+        ]);
+        let r = resolve(&service_only, &[], &["MOBILE_TOKEN", "MOBILE_DELIVER_TOKENS"], &files).unwrap();
+        assert_eq!(r.env["MOBILE_TOKEN"], "from-a-file-0123456789");
+        assert!(!r.env.contains_key("MOBILE_AGENT_KEY"));
+        let twice = args(&["--token-file", "/open/token", "--token-file=/run/credentials/token"]);
+        let r = resolve_all(&env(&[]), &twice, &files).unwrap();
+        assert!(r.args.is_empty());
+        assert_eq!(r.env["MOBILE_TOKEN"], "from-a-file-0123456789");
+    }
+
+    #[test]
     fn a_secret_flag_is_warned_about_and_ambiguities_stop_start_up() {
-        let r = resolve(&env(&[]), &args(&["--token", "on-the-command-line"]), &files).unwrap();
+        let r = resolve_all(&env(&[]), &args(&["--token", "on-the-command-line"]), &files).unwrap();
         assert_eq!(r.warnings.len(), 1);
         assert!(r.warnings[0].contains("/proc/<pid>/cmdline") && !r.warnings[0].contains("on-the-command"));
         let both = env(&[("MOBILE_TOKEN", "x"), ("MOBILE_TOKEN_FILE", "/run/credentials/token")]);
-        assert!(resolve(&both, &[], &files).unwrap_err().contains("not both"));
+        assert!(resolve_all(&both, &[], &files).unwrap_err().contains("not both"));
         let both = args(&["--ntfy-token", "x", "--ntfy-token-file", "/run/credentials/token"]);
-        assert!(resolve(&env(&[]), &both, &files).unwrap_err().contains("not both"));
-        let missing = resolve(&env(&[("MOBILE_NTFY_TOKEN_FILE", "/nope")]), &[], &files).unwrap_err();
+        assert!(resolve_all(&env(&[]), &both, &files).unwrap_err().contains("not both"));
+        let missing = resolve_all(&env(&[("MOBILE_NTFY_TOKEN_FILE", "/nope")]), &[], &files).unwrap_err();
         assert_eq!(missing, "MOBILE_NTFY_TOKEN_FILE /nope: No such file or directory");
     }
 

@@ -164,6 +164,9 @@ pub struct Conn {
     poisoned: bool,
     /// Why it ended, for the close log line.
     pub reason: Option<String>,
+    /// The client's address as a local proxy reported it, once the upgrade is read (L54
+    /// groups a proxy's sockets by it).
+    client: Option<std::net::IpAddr>,
 }
 
 /// How a read ended, when it did not fail.
@@ -200,6 +203,7 @@ impl Conn {
             blocked: false,
             poisoned: false,
             reason: None,
+            client: None,
         }
     }
 
@@ -386,7 +390,9 @@ impl Conn {
     }
 
     /// Switches to WebSocket with the bytes already read past the head; it is open from `now`.
-    pub fn upgrade(&mut self, leftover: Vec<u8>, now: Instant) {
+    /// Only through [`Connections::upgrade`], which counts a message the leftover begins.
+    fn upgrade(&mut self, leftover: Vec<u8>, client: Option<std::net::IpAddr>, now: Instant) {
+        self.client = client;
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
         if let Phase::Respond { stream, .. } = phase {
             let stream = Counted::new(stream, &leftover);

@@ -4,13 +4,17 @@
 //! closed them, keep the owner's phone out with 503s. So sockets that have not passed a
 //! `hello` (plain HTTP ones too) get a share of their own, a quarter of the limit, and at
 //! most [`PER_SOURCE`] from one address (an IPv4 address or an IPv6 /64). When either is
-//! full, the oldest unauthenticated socket (of that address, or of all) is dropped to make
-//! room: a new socket is never refused for them, and an authenticated one is never dropped.
-//! Loopback peers have no per-address cap: a reverse proxy on the same host is one address
-//! for every phone.
+//! full, an unauthenticated socket is dropped to make room: the oldest of that address, or
+//! the oldest of the address holding the most of them. So a flood makes room out of its own
+//! sockets, and a phone between its upgrade and its `hello` (one socket of its address) is
+//! not the one dropped. A new socket is never refused for them, and an authenticated one is
+//! never dropped. Loopback peers have no per-address cap (a reverse proxy on the same host
+//! is one address for every phone); once their upgrade is read they are grouped by the
+//! client address the proxy reported.
 //!
 //! Pure: the server lists its sockets, this decides.
 
+use std::collections::HashMap;
 use std::time::Instant;
 
 use hermes_mobile::throttle::SourceKey;
@@ -25,6 +29,9 @@ pub struct Slot {
     pub accepted_at: Instant,
     /// `None` for loopback (no per-address cap).
     pub source: Option<SourceKey>,
+    /// Whose flood it would be part of: its address, or for a loopback socket the client
+    /// address a proxy reported (all loopback sockets without one are one group).
+    pub group: SourceKey,
     pub authenticated: bool,
 }
 
@@ -46,23 +53,37 @@ pub fn unauthenticated_share(max: usize) -> usize {
 /// Decides for a new socket from `source`, given the live sockets.
 pub fn admit(slots: &[Slot], source: Option<SourceKey>, max: usize) -> Admission {
     let unauth = || slots.iter().filter(|s| !s.authenticated);
-    let oldest = |from: Option<SourceKey>| {
-        unauth()
-            .filter(|s| from.is_none() || s.source == from)
-            .min_by_key(|s| s.accepted_at)
-            .map(|s| s.key)
-    };
     if let Some(src) = source {
-        if unauth().filter(|s| s.source == Some(src)).count() >= PER_SOURCE {
-            return oldest(Some(src)).map_or(Admission::Refuse, Admission::AdmitDropping);
+        let own = || unauth().filter(|s| s.source == Some(src));
+        if own().count() >= PER_SOURCE {
+            return own()
+                .min_by_key(|s| s.accepted_at)
+                .map_or(Admission::Refuse, |s| Admission::AdmitDropping(s.key));
         }
     }
     let full = unauth().count() >= unauthenticated_share(max) || slots.len() >= max;
-    match (full, oldest(None)) {
+    match (full, oldest_of_largest_group(slots)) {
         (false, _) => Admission::Admit,
         (true, Some(key)) => Admission::AdmitDropping(key),
         (true, None) => Admission::Refuse,
     }
+}
+
+/// The oldest unauthenticated socket of the group holding the most of them (ties: the
+/// group whose oldest is older).
+fn oldest_of_largest_group(slots: &[Slot]) -> Option<usize> {
+    let mut groups: HashMap<SourceKey, (usize, Slot)> = HashMap::new();
+    for s in slots.iter().filter(|s| !s.authenticated) {
+        let entry = groups.entry(s.group).or_insert((0, *s));
+        entry.0 += 1;
+        if s.accepted_at < entry.1.accepted_at {
+            entry.1 = *s;
+        }
+    }
+    groups
+        .into_values()
+        .max_by(|(n, a), (m, b)| n.cmp(m).then(b.accepted_at.cmp(&a.accepted_at)))
+        .map(|(_, oldest)| oldest.key)
 }
 
 #[cfg(test)]
@@ -78,6 +99,7 @@ mod tests {
                 key: i,
                 accepted_at: t0 + Duration::from_millis(i as u64),
                 source: (ip != 0).then(|| SourceKey::of([192, 0, 2, ip].into())),
+                group: SourceKey::of([192, 0, 2, ip].into()),
                 authenticated,
             })
             .collect()
@@ -118,6 +140,22 @@ mod tests {
         for (i, (held, source, max, want)) in cases.into_iter().enumerate() {
             assert_eq!(admit(&slots(&held), source, max), want, "case {i}");
         }
+    }
+
+    #[test]
+    fn a_flood_makes_room_out_of_its_own_sockets() {
+        // The review's case: a phone between its upgrade and its hello (address 7, older
+        // than the flood's sockets) is not dropped for a flood from elsewhere.
+        let mut held = vec![(7, false)];
+        held.extend([(0, false); 5]);
+        held.extend([(3, false); 2]);
+        assert_eq!(admit(&slots(&held), None, 32), Admission::AdmitDropping(1));
+        // Behind a local proxy: grouped by the client address the proxy reported.
+        let mut proxied = slots(&[(0, false); 8]);
+        for (i, s) in proxied.iter_mut().enumerate() {
+            s.group = SourceKey::of([198, 51, 100, if i == 0 { 1 } else { 2 }].into());
+        }
+        assert_eq!(admit(&proxied, None, 32), Admission::AdmitDropping(1));
     }
 
     #[test]

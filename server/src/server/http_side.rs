@@ -170,38 +170,7 @@ impl Server {
                     agent,
                 }),
             ),
-            Route::Health => {
-                let stats = self.core.stats();
-                let body = serde_json::json!({
-                    "status": "ok",
-                    "version": env!("CARGO_PKG_VERSION"),
-                    "connections": stats.connections,
-                    "devices_online": stats.devices_online,
-                    // Every socket the server holds, this request's own included: closing
-                    // ones and plain HTTP ones too, which `connections` does not count.
-                    "sockets": self.conns.len(),
-                    // What the core holds, for an operator watching memory (L32, L36).
-                    "devices_known": stats.devices_known,
-                    "held_bytes": stats.held_bytes,
-                    "upload_bytes": stats.upload_bytes,
-                    "open_prompts": stats.open_prompts,
-                    "dedup_entries": stats.dedup_entries,
-                    "timers": stats.timers,
-                    "queued_bytes": self.conns.queued_bytes(),
-                    // L51: what messages read in part and unfinished uploads hold.
-                    "partial_bytes": self.conns.partial_bytes(),
-                    "upload_held": stats.upload_held,
-                    "agent": self.agent.health(),
-                    // Push (issue 18): how many subscriptions, and the last push that failed.
-                    "push_subscriptions": self.core.push_subscription_count(),
-                    "push_last_error": self.push.as_ref().and_then(|p| p.last_error()),
-                })
-                .to_string();
-                (
-                    http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n"),
-                    None,
-                )
-            }
+            Route::Health => (self.health_response(), None),
             Route::Asset(req) => match &self.config.web {
                 Some(web) => (web.respond(&req), None),
                 None => (
@@ -219,6 +188,37 @@ impl Server {
         let Some(conn) = self.conns.get_mut(key) else { return };
         conn.respond(out, upgrade);
         self.on_respond(key, now);
+    }
+
+    /// `/healthz`: what the core and the loop hold, for an operator watching memory.
+    fn health_response(&self) -> Vec<u8> {
+        let stats = self.core.stats();
+        let body = serde_json::json!({
+            "status": "ok",
+            "version": env!("CARGO_PKG_VERSION"),
+            "connections": stats.connections,
+            "devices_online": stats.devices_online,
+            // Every socket the server holds, this request's own included: closing
+            // ones and plain HTTP ones too, which `connections` does not count.
+            "sockets": self.conns.len(),
+            // What the core holds, for an operator watching memory (L32, L36).
+            "devices_known": stats.devices_known,
+            "held_bytes": stats.held_bytes,
+            "upload_bytes": stats.upload_bytes,
+            "open_prompts": stats.open_prompts,
+            "dedup_entries": stats.dedup_entries,
+            "timers": stats.timers,
+            "queued_bytes": self.conns.queued_bytes(),
+            // L51: what messages read in part and unfinished uploads hold.
+            "partial_bytes": self.conns.partial_bytes(),
+            "upload_held": stats.upload_held,
+            "agent": self.agent.health(),
+            // Push (issue 18): how many subscriptions, and the last push that failed.
+            "push_subscriptions": self.core.push_subscription_count(),
+            "push_last_error": self.push.as_ref().and_then(|p| p.last_error()),
+        })
+        .to_string();
+        http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n")
     }
 
     pub(super) fn on_respond(&mut self, key: usize, now: Instant) {
@@ -241,7 +241,8 @@ impl Server {
                 .insert(now + DRAIN_LINGER, conn_timer(key, generation, ConnTimer::Drain));
             return self.on_io(key, now);
         };
-        conn.upgrade(leftover, now);
+        self.conns.upgrade(key, leftover, client, now);
+        let Some(conn) = self.conns.get_mut(key) else { return };
         let (generation, peer, accepted_at) = (conn.generation, conn.peer, conn.accepted_at);
         if agent {
             // An agent over the network: the link, not the core, speaks with it; its

@@ -41,7 +41,9 @@ const MAX_STDERR_LINE: usize = 4096;
 const FIRST_RESTART: Duration = Duration::from_secs(1);
 const MAX_RESTART: Duration = Duration::from_secs(60);
 /// Environment variables a child never inherits: it needs none of the gateway's secrets.
-/// (The `_FILE` variants name where a secret is, L55: not the child's business either.)
+/// (The `_FILE` variants name where a secret is, L55: not the child's business either. A
+/// child of the same user could still read the files themselves, or systemd's
+/// `$CREDENTIALS_DIRECTORY`: run the gateway as its own user, as the .deb does.)
 const SECRET_VARS: &[&str] = &[
     "MOBILE_TOKEN",
     "MOBILE_EXTRA_TOKENS",
@@ -53,6 +55,8 @@ const SECRET_VARS: &[&str] = &[
     "MOBILE_DELIVER_TOKENS_FILE",
     "MOBILE_AGENT_TOKEN_FILE",
     "MOBILE_NTFY_TOKEN_FILE",
+    "MOBILE_AGENT_KEY",
+    "MOBILE_AGENT_KEY_FILE",
 ];
 
 struct ChildAgent {

@@ -60,7 +60,7 @@ impl Server {
         );
         match timer {
             ConnTimer::Head if matches!(conn.phase(), Phase::Http { .. }) => {
-                self.kill(at.key, "no complete request head within 5 s")
+                self.kill(at.key, "no complete request head in time (L54)")
             }
             ConnTimer::Hello if in_http => self.kill(at.key, "no complete request within the hello timeout"),
             ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
