@@ -194,6 +194,14 @@ fn failed_hellos_are_throttled_per_address_without_delaying_another() {
     assert_eq!(hello_from(&mut h, "203.0.113.9", TOKEN)[0]["t"], "ready");
 }
 
+/// A loopback peer with no proxy header (S1).
+fn loopback() -> Peer {
+    Peer {
+        loopback: true,
+        ..Peer::default()
+    }
+}
+
 fn deliver(id: &str, target: &str) -> serde_json::Value {
     json!({"t":"deliver","id":id,"target":target,"text":"hi"})
 }
@@ -205,10 +213,7 @@ fn a_device_bound_token_delivers_only_to_its_own_device() {
     config.extra_tokens = vec![("tel-2".into(), "tel-2-token-0123456789".into())];
     let mut h = Harness::with_config(config);
     let victim = h.connect("tel-1");
-    let local = Peer {
-        loopback: true,
-        ..Peer::default()
-    };
+    let local = loopback();
     let bound = h.open_with(local);
     h.send(
         bound,
@@ -232,10 +237,7 @@ fn with_trust_loopback_off_only_a_deliver_token_delivers() {
     config.deliver_tokens = vec!["cron-token-0123456789".into()];
     let mut h = Harness::with_config(config);
     let phone = h.connect("tel-1");
-    let local = Peer {
-        loopback: true,
-        ..Peer::default()
-    };
+    let local = loopback();
     let conn = h.open_with(local);
     h.hello(conn, "cli");
     h.take(conn);
