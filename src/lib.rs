@@ -50,6 +50,7 @@ pub mod gateway;
 pub mod hidden;
 mod hold;
 pub mod ids;
+pub mod journal;
 pub mod limits;
 pub mod mime;
 mod prompts;

@@ -1,0 +1,118 @@
+//! The journal's vocabulary (issue 24): what the core asks the server to keep, what it asks
+//! to read back, and what the server hands it at start-up.
+//!
+//! The core decides what is kept and what is replayed; the server's store (SQLite, one
+//! worker thread) only carries these records out in order. The store never looks inside
+//! an entry's `body`: that JSON is the core's, written and read back by the core alone.
+//!
+//! Order is the contract: the store applies records and serves reads in the order the core
+//! emitted them, so a read sees every record emitted before it, committed or not.
+
+use crate::ids::DeviceId;
+use crate::time::Time;
+
+/// One thing the journal keeps for a device: a message (either way), a file, a card.
+/// Keyed by `(device, key)`: writing the same key again replaces the entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub device: DeviceId,
+    /// Unique within the device: `m:<id>` an agent message, `u:<id>` the user's own
+    /// message, `f:<id>` a file, `p:<id>` a card.
+    pub key: String,
+    /// The `seq` of its latest change.
+    pub seq: u64,
+    /// The `seq` of its first version (a card's opening).
+    pub first_seq: u64,
+    /// When it was first kept (for `MOBILE_HISTORY_DAYS`).
+    pub at: Time,
+    /// Still to be sent after the device's next `ready` (M4, L45).
+    pub held: bool,
+    /// An open card.
+    pub open: bool,
+    /// An open card's expiry.
+    pub deadline: Option<Time>,
+    /// The core's own JSON; the store keeps it as text and never parses it.
+    pub body: String,
+    /// A held file's bytes, kept only while it is held.
+    pub blob: Option<Vec<u8>>,
+}
+
+/// Which idempotency window an entry of the dedup table belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Window {
+    /// I2: a user's `text`, `audio` and `media` ids.
+    Seen,
+    /// S4: `deliver` ids, with the device each reached.
+    Delivered,
+}
+
+/// What the core asks the store to do, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// Insert or replace the entry at `(device, key)`.
+    Put(Entry),
+    /// These entries were sent to the device: they are held no more (their blob goes).
+    Sent { device: DeviceId, keys: Vec<String> },
+    /// Seqs up to `upto` may be handed out for this device: kept before any frame carries
+    /// one, so that a seq is never reused, not even after a crash.
+    Reserve { device: DeviceId, upto: u64 },
+    /// An entry of an idempotency window, as of `at`.
+    Dedup {
+        window: Window,
+        device: DeviceId,
+        id: String,
+        at: Time,
+        value: String,
+    },
+    /// Drop a device's entries and what is held for it; its open cards, its dedup window
+    /// and its seq stay.
+    Forget { device: DeviceId },
+    /// Report `Committed { ticket }` once everything before this is on disk.
+    Confirm { ticket: u64 },
+}
+
+/// A read the core needs answered, in order with the records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Read {
+    /// Every entry of the device with `seq > after`, in `seq` order (resume).
+    After { device: DeviceId, after: u64 },
+    /// The newest `limit` entries with `seq < before` (all, when `None`), oldest first,
+    /// and whether older ones remain (history).
+    Before {
+        device: DeviceId,
+        before: Option<u64>,
+        limit: usize,
+    },
+}
+
+/// The answer to a [`Read`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ReadResult {
+    pub entries: Vec<Entry>,
+    /// `Before` only: older entries remain.
+    pub more: bool,
+}
+
+/// One entry of an idempotency window, as read at start-up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DedupRow {
+    pub window: Window,
+    pub device: DeviceId,
+    pub id: String,
+    pub at: Time,
+    pub value: String,
+}
+
+/// What the server reads before the loop starts, to restore the core.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot {
+    /// Each device's reserved seqs (`Record::Reserve`'s `upto`) and the seq of its newest
+    /// entry: the device goes on after the larger.
+    pub seqs: Vec<(DeviceId, u64)>,
+    /// Entries still held, in `seq` order.
+    pub held: Vec<Entry>,
+    /// Open cards, in `seq` order.
+    pub open_cards: Vec<Entry>,
+    /// The idempotency windows' entries, oldest first.
+    pub dedup: Vec<DedupRow>,
+}
