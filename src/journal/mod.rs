@@ -109,6 +109,9 @@ pub struct Snapshot {
     /// Each device's reserved seqs (`Record::Reserve`'s `upto`) and the seq of its newest
     /// entry: the device goes on after the larger.
     pub seqs: Vec<(DeviceId, u64)>,
+    /// The largest seq of any device whose seq row was dropped (bounds): a device the
+    /// journal does not know goes on after it, so that no seq is ever handed out twice.
+    pub seq_floor: u64,
     /// Entries still held, in `seq` order.
     pub held: Vec<Entry>,
     /// Open cards, in `seq` order.
