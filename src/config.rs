@@ -51,6 +51,8 @@ pub struct Config {
     pub seed: u64,
     /// Web Push and ntfy (issue 18); `None` with `MOBILE_PUSH=off`.
     pub push: Option<crate::push::PushConfig>,
+    /// The journal (issue 24); `None` when the driver keeps none.
+    pub journal: Option<crate::journal::JournalConfig>,
 }
 
 impl Config {
@@ -76,6 +78,7 @@ impl Config {
             max_upload_total: MAX_UPLOAD_TOTAL_BYTES,
             seed: 0x6865_726d_6573,
             push: None,
+            journal: None,
         }
     }
 }
@@ -106,6 +109,7 @@ impl fmt::Debug for Config {
             .field("max_upload_speculation", &self.max_upload_speculation)
             .field("max_upload_total", &self.max_upload_total)
             .field("push", &self.push)
+            .field("journal", &self.journal)
             .finish()
     }
 }

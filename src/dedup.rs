@@ -125,6 +125,18 @@ impl<V> Dedup<V> {
         self.len += 1;
     }
 
+    /// Forgets `(device, id)` (a delivery the journal could not keep, so that its retry
+    /// is delivered rather than confirmed). A scan of the device's window: it only runs
+    /// after a failed commit.
+    pub fn remove(&mut self, device: &DeviceId, id: &str) {
+        if let Some(w) = self.windows.get_mut(device) {
+            if w.entries.remove(id).is_some() {
+                w.order.retain(|(_, k)| &**k != id);
+                self.len -= 1;
+            }
+        }
+    }
+
     /// Drops entries older than the window, and windows left empty.
     pub fn expire(&mut self, now: Time) {
         let lifetime = self.lifetime;

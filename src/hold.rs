@@ -20,14 +20,25 @@ pub enum Held {
         /// Whether the phone already saw an earlier version of this message.
         edit: bool,
         done: bool,
+        /// Its journal seq (0 without a journal).
+        seq: u64,
     },
     File {
         id: String,
         file: OutgoingFile,
+        seq: u64,
     },
 }
 
 impl Held {
+    /// Its journal key (`crate::journal::Entry::key`).
+    pub fn key(&self) -> String {
+        match self {
+            Held::Message { id, .. } => format!("m:{}", id.as_str()),
+            Held::File { id, .. } => format!("f:{id}"),
+        }
+    }
+
     fn bytes(&self) -> usize {
         match self {
             Held::Message { text, .. } => text.len(),
@@ -76,6 +87,7 @@ impl Hold {
         text: &str,
         edit: bool,
         done: bool,
+        seq: u64,
     ) -> Result<(), CommandError> {
         self.message_growth(id, text.len())?;
         let existing = self.position(id).and_then(|i| self.items.remove(i));
@@ -92,31 +104,33 @@ impl Hold {
                 text: text.to_owned(),
                 edit,
                 done,
+                seq,
             },
         ));
         self.bytes = self.bytes - freed + text.len();
         Ok(())
     }
 
-    pub fn file(&mut self, now: Time, id: String, file: OutgoingFile) -> Result<(), CommandError> {
+    pub fn file(&mut self, now: Time, id: String, file: OutgoingFile, seq: u64) -> Result<(), CommandError> {
         self.file_growth(file.data.len())?;
         self.bytes += file.data.len();
-        self.items.push_back((now, Held::File { id, file }));
+        self.items.push_back((now, Held::File { id, file, seq }));
         Ok(())
     }
 
-    /// Drops output older than `max_age`. Returns how many items went.
-    pub fn expire(&mut self, now: Time, max_age: Duration) -> usize {
-        let before = self.items.len();
+    /// Drops output older than `max_age`. Returns the journal keys of what went.
+    pub fn expire(&mut self, now: Time, max_age: Duration) -> Vec<String> {
+        let mut gone = Vec::new();
         let bytes = &mut self.bytes;
         self.items.retain(|(at, h)| {
             let keep = now.since(*at) < max_age;
             if !keep {
                 *bytes -= h.bytes();
+                gone.push(h.key());
             }
             keep
         });
-        before - self.items.len()
+        gone
     }
 
     /// When the oldest item expires.
@@ -133,16 +147,31 @@ impl Hold {
         self.bytes
     }
 
+    /// Drops the items with these journal keys (a held delivery the journal could not keep).
+    pub fn remove(&mut self, keys: &[String]) {
+        let bytes = &mut self.bytes;
+        self.items.retain(|(_, h)| {
+            let keep = !keys.contains(&h.key());
+            if !keep {
+                *bytes -= h.bytes();
+            }
+            keep
+        });
+    }
+
     /// When the oldest held output was held.
     pub fn oldest(&self) -> Option<Time> {
         self.items.front().map(|(at, _)| *at)
     }
 
-    /// Drops the oldest held output (to make room in all, L32); returns the bytes freed.
-    pub fn drop_oldest(&mut self) -> usize {
-        let freed = self.items.pop_front().map_or(0, |(_, h)| h.bytes());
-        self.bytes -= freed;
-        freed
+    /// Drops the oldest held output (to make room in all, L32); returns the bytes freed
+    /// and its journal key.
+    pub fn drop_oldest(&mut self) -> (usize, Option<String>) {
+        let Some((_, held)) = self.items.pop_front() else {
+            return (0, None);
+        };
+        self.bytes -= held.bytes();
+        (held.bytes(), Some(held.key()))
     }
 
     pub fn is_empty(&self) -> bool {

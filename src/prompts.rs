@@ -30,6 +30,8 @@ pub struct Card {
     pub description: Option<String>,
     pub options: Vec<CardOption>,
     pub expires_at: Time,
+    /// The journal seq of its opening (issue 24; 0 without a journal).
+    pub journal_seq: u64,
     /// Opening order, so a reconnecting device sees its cards in the order they were asked.
     seq: u64,
 }
@@ -144,8 +146,80 @@ impl Card {
             description,
             options,
             expires_at,
+            journal_seq: 0,
             seq: 0,
         })
+    }
+
+    /// A card the journal kept open across a restart (issue 24), from its body; `None`
+    /// for a body this build cannot read.
+    pub fn from_body(
+        device: DeviceId,
+        body: crate::journal::body::Body,
+        expires_at: Time,
+        journal_seq: u64,
+    ) -> Option<Card> {
+        let kind = match body.kind.as_deref()? {
+            "exec_approval" => PromptKind::ExecApproval,
+            "slash_confirm" => PromptKind::SlashConfirm,
+            "clarify" => PromptKind::Clarify,
+            _ => return None,
+        };
+        let options = body
+            .options?
+            .into_iter()
+            .map(|o| CardOption {
+                id: o.id,
+                label: o.label,
+                style: match o.style.as_str() {
+                    "primary" => "primary",
+                    "danger" => "danger",
+                    _ => "",
+                },
+            })
+            .collect();
+        Some(Card {
+            id: PromptId(body.id),
+            device,
+            kind,
+            text: body.text.unwrap_or_default(),
+            command: body.command,
+            description: body.description,
+            options,
+            expires_at,
+            journal_seq,
+            seq: 0,
+        })
+    }
+
+    /// What the journal keeps of it: its `prompt` frame's fields, and how it closed.
+    pub fn body(&self, closed: Option<&Closed>) -> crate::journal::body::Body {
+        use crate::journal::body::{Body, CardOptionBody, ClosedBody};
+        Body {
+            t: "prompt".into(),
+            id: self.id.as_str().into(),
+            kind: Some(self.kind.as_str().into()),
+            text: Some(self.text.clone()),
+            options: Some(
+                self.options
+                    .iter()
+                    .map(|o| CardOptionBody {
+                        id: o.id.clone(),
+                        label: o.label.clone(),
+                        style: o.style.into(),
+                    })
+                    .collect(),
+            ),
+            command: self.command.clone(),
+            description: self.description.clone(),
+            session: Some(self.device.session()),
+            hidden_chars: self.hidden_chars(),
+            closed: closed.map(|c| ClosedBody {
+                option_id: c.option_id.clone(),
+                expired: c.expired,
+            }),
+            ..Body::default()
+        }
     }
 
     /// Whether anything the person reads on the card holds a character they cannot see

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::journal::{stamp, HeldDelivery, Reply, Waiting};
 use super::timers::TimerKey;
 use super::{AvatarState, ConnState, Gateway, Output};
 use crate::agent::{AgentEvent, Audio, CommandError, UserInfo};
@@ -88,6 +89,17 @@ impl Gateway {
             .map(|key| PushCapability {
                 webpush: WebPushCapability { vapid_public_key: key },
             });
+        if role == Role::Device {
+            ready.seq = self.latest_seq(&device);
+            ready.capabilities.history =
+                self.config
+                    .journal
+                    .filter(|j| j.history)
+                    .map(|j| crate::wire::server::HistoryCapability {
+                        items: j.items,
+                        days: j.days,
+                    });
+        }
         let ready = encode("ready", &ready);
         self.send(conn, ready);
         self.outputs.push_back(Output::Authenticated {
@@ -112,8 +124,21 @@ impl Gateway {
             user: d.user.clone(),
         };
         self.events.push_back(online);
+        self.top_up_seqs(&device);
+        if let (Some(after), true) = (hello.resume_after, self.journal_on()) {
+            // L58: everything after `after` from the journal, then `resumed`, then live.
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.resumed = true;
+            }
+            return self.begin_replay(conn, &device, after);
+        }
         // H5, P1: open cards first, then output held while offline (M4).
-        let cards: Vec<String> = self.prompts.for_device(&device).iter().map(|c| c.frame(now)).collect();
+        let cards: Vec<String> = self
+            .prompts
+            .for_device(&device)
+            .iter()
+            .map(|c| super::journal::stamp(vec![c.frame(now)], c.journal_seq).remove(0))
+            .collect();
         for frame in cards {
             self.send(conn, frame);
         }
@@ -157,6 +182,8 @@ impl Gateway {
                 | ClientFrame::PushSubscribe(_)
                 | ClientFrame::PushUnsubscribe { .. }
                 | ClientFrame::PushTest { .. }
+                | ClientFrame::History { .. }
+                | ClientFrame::Forget { .. }
         );
         if user_frame && role.is_service() {
             // S2: a service connection has no session for the agent to answer.
@@ -166,10 +193,15 @@ impl Gateway {
         match frame {
             ClientFrame::Hello(_) => self.send_error(conn, &Rejection::bad_frame("repeated hello"), false),
             ClientFrame::Text(t) => {
-                if self.is_duplicate(now, &device, &t.id) {
+                if self.duplicate(now, conn, &device, &t.id) {
                     return;
                 }
-                self.accept_message(now, &device, &t.id, Some(t.text.into_owned()), None, None);
+                let message = UserMessage {
+                    text: Some(t.text.into_owned()),
+                    audio: None,
+                    file: None,
+                };
+                self.accept_message(now, conn, &device, &t.id, message);
             }
             ClientFrame::Audio(a) => self.on_audio(now, conn, &device, a),
             ClientFrame::Media(m) => self.on_media(now, conn, &device, m),
@@ -181,30 +213,28 @@ impl Gateway {
             ClientFrame::PushSubscribe(p) => self.on_push_subscribe(conn, &device, p),
             ClientFrame::PushUnsubscribe { id } => self.on_push_unsubscribe(conn, &device, &id),
             ClientFrame::PushTest { id } => self.on_push_test(conn, &device, &id),
+            ClientFrame::History { id, before, limit } => self.on_history(conn, &device, &id, before, limit),
+            ClientFrame::Forget { id } => self.on_forget(conn, &device, &id),
             ClientFrame::Unknown(t) => log::debug!("{conn:?}: ignored frame of unknown type {t:?} (G3)"),
         }
     }
 
-    /// I2: a `text`/`audio` seen within the window is dropped silently.
-    fn is_duplicate(&self, now: Time, device: &DeviceId, id: &str) -> bool {
-        let dup = self.seen.contains(now, device, id);
-        if dup {
-            log::debug!("device {device:?}: duplicate {id:?} dropped (I2)");
-        }
-        dup
+    /// I2: a `text`/`audio`/`media` seen within the window is dropped, and confirmed again
+    /// with `received` to a client that resumed (L58).
+    fn duplicate(&mut self, now: Time, conn: ConnId, device: &DeviceId, id: &str) -> bool {
+        let Some(seq) = self.seen.get(now, device, id).copied() else {
+            return false;
+        };
+        log::debug!("device {device:?}: duplicate {id:?} dropped (I2)");
+        self.confirm_received(conn, id, seq);
+        true
     }
 
     /// Records the id, tells the agent, and starts the turn (M3 step 1).
-    fn accept_message(
-        &mut self,
-        now: Time,
-        device: &DeviceId,
-        id: &str,
-        text: Option<String>,
-        audio: Option<Audio>,
-        file: Option<crate::uploads::ReceivedFile>,
-    ) {
-        self.seen.insert(now, device, id, ());
+    fn accept_message(&mut self, now: Time, conn: ConnId, device: &DeviceId, id: &str, message: UserMessage) {
+        let UserMessage { text, audio, file } = message;
+        let seq = self.keep_user_message(now, conn, device, id, || user_body(id, &text, &audio, &file));
+        self.seen.insert(now, device, id, seq);
         self.arm_sweep(now);
         let user = self.devices.get(device).map(|d| d.user.clone()).unwrap_or_default();
         self.events.push_back(AgentEvent::MessageReceived {
@@ -233,7 +263,7 @@ impl Gateway {
     }
 
     fn on_audio(&mut self, now: Time, conn: ConnId, device: &DeviceId, a: AudioFrame<'_>) {
-        if self.is_duplicate(now, device, &a.id) {
+        if self.duplicate(now, conn, device, &a.id) {
             return;
         }
         let fail = |r: Rejection| r.with_id(Some(&a.id));
@@ -250,12 +280,17 @@ impl Gateway {
             return self.send_error(conn, &fail(Rejection::bad_frame("audio is empty")), false);
         }
         let audio = Audio { format: a.format, data };
-        self.accept_message(now, device, &a.id, a.text.map(Cow::into_owned), Some(audio), None);
+        let message = UserMessage {
+            text: a.text.map(Cow::into_owned),
+            audio: Some(audio),
+            file: None,
+        };
+        self.accept_message(now, conn, device, &a.id, message);
     }
 
     fn on_media(&mut self, now: Time, conn: ConnId, device: &DeviceId, m: MediaChunk<'_>) {
         // I2: once a file completed, its chunks are dropped and open no buffer.
-        if self.is_duplicate(now, device, &m.id) {
+        if self.duplicate(now, conn, device, &m.id) {
             return;
         }
         let Some(c) = self.conns.get_mut(&conn) else { return };
@@ -301,7 +336,12 @@ impl Gateway {
                     .then(|| file.caption.clone())
                     .flatten();
                 let id = file.id.clone();
-                self.accept_message(now, device, &id, text, None, Some(file));
+                let message = UserMessage {
+                    text,
+                    audio: None,
+                    file: Some(file),
+                };
+                self.accept_message(now, conn, device, &id, message);
             }
             Err(r) => self.send_error(conn, &r.with_id(Some(&m.id)), false),
         }
@@ -348,10 +388,12 @@ impl Gateway {
             option_id: Some(applied.option_id.clone()),
             expired: false,
         };
-        self.send(conn, closed.frame(id));
-        let Some(card) = self.prompts.close(now, id, closed) else {
+        let frame = closed.frame(id);
+        let Some(card) = self.prompts.close(now, id, closed.clone()) else {
             return;
         };
+        let seq = self.keep_card_closed(now, &card, &closed);
+        self.send(conn, super::journal::stamp(vec![frame], seq).remove(0));
         self.events.push_back(AgentEvent::PromptAnswered {
             device: device.clone(),
             prompt: card.id,
@@ -417,7 +459,19 @@ impl Gateway {
             }
         };
         match self.deliver_now(now, sender, id, &d.target, d.text.as_deref(), file) {
-            Ok((target, held)) => self.send(conn, delivered_frame(id, target.as_str(), held)),
+            Ok((target, Some(keys))) if self.journal_on() => {
+                // issue 24 §2: `delivered` with `held` only once the hold is on disk.
+                let held = HeldDelivery {
+                    conn,
+                    frame: delivered_frame(id, target.as_str(), true),
+                    sender: sender.clone(),
+                    id: id.to_owned(),
+                    target,
+                    keys,
+                };
+                self.confirm(Waiting::HeldDelivery(Box::new(held)));
+            }
+            Ok((target, held)) => self.send(conn, delivered_frame(id, target.as_str(), held.is_some())),
             Err(CommandError::BadTarget) => {
                 let r = Rejection::bad_frame("deliver needs a target (no MOBILE_HOME_DEVICE set)");
                 self.send_error(conn, &r.with_id(Some(id)), false)
@@ -455,8 +509,8 @@ impl Gateway {
     /// S3–S5 for any sender (a service connection, or the agent link): resolves the target,
     /// sends text then media with new server ids, and records `id` for the sender (S4).
     /// A repeat within the window is confirmed again without being sent again. An offline
-    /// target that can be notified gets it held (`true`: L45, issue 18) instead of S3's
-    /// `device_offline`.
+    /// target that can be notified gets it held (L45, issue 18) instead of S3's
+    /// `device_offline`: then the journal keys of what is held come back.
     pub(super) fn deliver_now(
         &mut self,
         now: Time,
@@ -465,9 +519,9 @@ impl Gateway {
         raw_target: &str,
         text: Option<&str>,
         file: Option<crate::agent::OutgoingFile>,
-    ) -> Result<(DeviceId, bool), CommandError> {
+    ) -> Result<(DeviceId, Option<Vec<String>>), CommandError> {
         if let Some(target) = self.delivered.get(now, sender, id) {
-            return Ok((DeviceId(target.clone()), false));
+            return Ok((DeviceId(target.clone()), None));
         }
         let Some(target) = self.deliver_target(raw_target) else {
             return Err(CommandError::BadTarget);
@@ -475,45 +529,64 @@ impl Gateway {
         if file.as_ref().is_some_and(|f| f.data.len() > MAX_MEDIA_BYTES) {
             return Err(CommandError::FileTooBig);
         }
-        let Some(target_conn) = self.devices.get(&target).and_then(|d| d.conn) else {
+        let held = match self.devices.get(&target).and_then(|d| d.conn) {
             // Only a Web Push subscription makes a delivery wait (issue 18: "a deliver to an
             // offline device without a subscription is still answered device_offline"),
             // ntfy or not: ntfy knows no device, and a mistyped target must fail for cron.
-            if !self.has_subscription(&target) {
-                return Err(CommandError::DeviceOffline);
+            None if !self.has_subscription(&target) => return Err(CommandError::DeviceOffline),
+            None => Some(self.hold_delivery(now, &target, text, file)?),
+            Some(conn) => {
+                self.deliver_live(now, conn, &target, text, file);
+                None
             }
-            self.hold_delivery(now, &target, text, file)?;
-            self.delivered.insert(now, sender, id, target.0.clone());
-            self.arm_sweep(now);
-            return Ok((target, true));
         };
-        // S4: text first, then media, each with a new server id.
+        self.delivered.insert(now, sender, id, target.0.clone());
+        self.keep_dedup(crate::journal::Window::Delivered, sender, id, now, target.0.clone());
+        self.arm_sweep(now);
+        Ok((target, held))
+    }
+
+    /// S4: text first, then media, each with a new server id.
+    fn deliver_live(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        target: &DeviceId,
+        text: Option<&str>,
+        file: Option<crate::agent::OutgoingFile>,
+    ) {
         if let Some(text) = text {
-            let message_id = self.ids.frame_id("d");
-            for frame in self.message_frames(&message_id, text, false, true) {
-                self.send(target_conn, frame);
+            let message_id = crate::ids::MessageId(self.ids.frame_id("d"));
+            let version = Reply {
+                text,
+                done: true,
+                held: false,
+                edit: false,
+            };
+            let seq = self.keep_reply(now, target, &message_id, version);
+            for frame in stamp(self.message_frames(message_id.as_str(), text, false, true), seq) {
+                self.send(conn, frame);
             }
         }
         if let Some(file) = file {
             let media_id = self.ids.frame_id("f");
-            for frame in self.media_frames(&media_id, &file) {
-                self.send(target_conn, frame);
+            let seq = self.keep_file(now, target, &media_id, &file, false);
+            for frame in stamp(self.media_frames(&media_id, &file), seq) {
+                self.send(conn, frame);
             }
         }
-        self.delivered.insert(now, sender, id, target.0.clone());
-        self.arm_sweep(now);
-        Ok((target, false))
     }
 
     /// (c) of issue 18: a delivery for an offline device that can be notified waits in its
-    /// hold, text then file, within the same limits as the agent's output (L32).
+    /// hold, text then file, within the same limits as the agent's output (L32). Returns
+    /// the journal keys of what it holds.
     fn hold_delivery(
         &mut self,
         now: Time,
         target: &DeviceId,
         text: Option<&str>,
         file: Option<crate::agent::OutgoingFile>,
-    ) -> Result<(), CommandError> {
+    ) -> Result<Vec<String>, CommandError> {
         let message = text.map(|_| crate::ids::MessageId(self.ids.frame_id("d")));
         let media = file.as_ref().map(|_| self.ids.frame_id("f"));
         let d = self.device_entry(target);
@@ -527,9 +600,18 @@ impl Gateway {
         if !self.make_hold_room(growth) {
             return Err(CommandError::HoldFull);
         }
-        let d = self.devices.get_mut(target).expect("the device was created above");
+        let mut keys = Vec::new();
         if let (Some(id), Some(text)) = (&message, text) {
-            d.hold.message(now, id, text, false, true)?;
+            let version = Reply {
+                text,
+                done: true,
+                held: true,
+                edit: false,
+            };
+            let seq = self.keep_reply(now, target, id, version);
+            let d = self.devices.get_mut(target).expect("the device was created above");
+            d.hold.message(now, id, text, false, true, seq)?;
+            keys.push(format!("m:{}", id.as_str()));
         }
         let what = match (text, &file) {
             (Some(text), _) => crate::push::preview(text),
@@ -537,11 +619,14 @@ impl Gateway {
             (None, None) => String::new(),
         };
         if let (Some(id), Some(file)) = (media, file) {
-            d.hold.file(now, id, file)?;
+            let seq = self.keep_file(now, target, &id, &file, true);
+            keys.push(format!("f:{id}"));
+            let d = self.devices.get_mut(target).expect("the device was created above");
+            d.hold.file(now, id, file, seq)?;
         }
         self.arm_hold(now, target);
         self.notify(target, crate::push::NotifyEvent::Deliver { text: what });
-        Ok(())
+        Ok(keys)
     }
 }
 
@@ -555,4 +640,30 @@ fn delivered_frame(id: &str, device: &str, held: bool) -> String {
             held,
         },
     )
+}
+
+/// What the person sent: a text, a voice note (with its transcript, if any) or a file.
+struct UserMessage {
+    text: Option<String>,
+    audio: Option<Audio>,
+    file: Option<crate::uploads::ReceivedFile>,
+}
+
+/// The journal's body of the person's own message (L59: `from: user`, no data).
+fn user_body(
+    id: &str,
+    text: &Option<String>,
+    audio: &Option<Audio>,
+    file: &Option<crate::uploads::ReceivedFile>,
+) -> crate::journal::body::Body {
+    use crate::journal::body::Body;
+    match (audio, file) {
+        (Some(a), _) => Body::user_audio(id, a.format.as_str(), a.data.len(), text.as_deref()),
+        (None, Some(f)) => {
+            let mut body = Body::file(true, id, f.kind.as_str(), &f.mime, &f.filename, f.data.len());
+            body.caption = f.caption.clone();
+            body
+        }
+        (None, None) => Body::user_text(id, text.as_deref().unwrap_or("")),
+    }
 }

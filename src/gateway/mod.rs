@@ -7,8 +7,10 @@
 //! it only acts on what is really due.
 
 mod inbound;
+mod journal;
 mod outbound;
 mod push;
+mod resume;
 mod timers;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -64,6 +66,12 @@ pub enum Output {
     Notify(crate::push::Notification),
     /// The push subscriptions changed: keep [`Gateway::push_snapshot`].
     PushChanged,
+    /// Keep this in the journal, in order (issue 24). A `Confirm` asks for
+    /// [`Gateway::handle_journal_committed`] once everything before it is on disk.
+    Journal(crate::journal::Record),
+    /// Read the journal, in order with the records; answer with
+    /// [`Gateway::handle_journal_read`].
+    JournalRead { token: u64, read: crate::journal::Read },
 }
 
 /// Counters for health checks, tests and memory accounting.
@@ -98,6 +106,12 @@ struct Conn {
     state: ConnState,
     uploads: Uploads,
     stall_slot: Option<Time>,
+    /// Frames waiting behind a replay or a seq reservation (issue 24, L57, L58).
+    held_back: Option<Vec<String>>,
+    /// Its `resume` replay is being read.
+    replaying: bool,
+    /// It sent `resume`: it gets `received` and `resumed` (L58).
+    resumed: bool,
 }
 
 /// Avatar states (protocol-v1.md "Connection lifecycle and avatar states").
@@ -169,6 +183,8 @@ struct Device {
     idle_slot: Option<Time>,
     streams: HashMap<MessageId, bool>,
     finished: RecentIds,
+    /// Replies streaming, as the journal has them: (first seq, latest seq, kept at).
+    journaled: HashMap<MessageId, (u64, u64, Time)>,
     hold: Hold,
     hold_slot: Option<Time>,
     /// Until when its reply bookkeeping (`streams`, `finished`) must outlive a disconnect,
@@ -190,6 +206,7 @@ impl Device {
             idle_slot: None,
             streams: HashMap::new(),
             finished: RecentIds::default(),
+            journaled: HashMap::new(),
             hold: Hold::default(),
             hold_slot: None,
             retain_until: None,
@@ -216,8 +233,8 @@ pub struct Gateway {
     ids: IdGen,
     conns: HashMap<ConnId, Conn>,
     devices: HashMap<DeviceId, Device>,
-    /// `text`/`audio`/`media` ids per device (I1, I2).
-    seen: Dedup,
+    /// `text`/`audio`/`media` ids per device (I1, I2), with their journal seq (0 without).
+    seen: Dedup<u64>,
     /// `deliver` ids per sender, remembering the device reached (S4).
     delivered: Dedup<String>,
     prompts: Prompts,
@@ -236,6 +253,8 @@ pub struct Gateway {
     events: VecDeque<AgentEvent>,
     /// The latest `now` any input carried: the clock for bookkeeping deep in a call chain.
     now: Time,
+    /// The journal (issue 24); `None` when the driver keeps none.
+    journal: Option<journal::Journal>,
 }
 
 impl Gateway {
@@ -243,7 +262,7 @@ impl Gateway {
         let window = config.dedup_window;
         Gateway {
             ids: IdGen::new(config.seed),
-            config,
+            journal: config.journal.map(journal::Journal::new),
             conns: HashMap::new(),
             devices: HashMap::new(),
             seen: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
@@ -259,6 +278,7 @@ impl Gateway {
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             now: Time::ZERO,
+            config,
         }
     }
 
@@ -324,6 +344,9 @@ impl Gateway {
                 state: ConnState::AwaitingHello,
                 uploads: Uploads::default(),
                 stall_slot: None,
+                held_back: None,
+                replaying: false,
+                resumed: false,
             },
         );
         self.timers.push(now + self.config.hello_timeout, TimerKey::Hello(conn));
@@ -434,6 +457,9 @@ impl Gateway {
     // ----- plumbing shared by the submodules -----
 
     fn send(&mut self, conn: ConnId, frame: String) {
+        if let Some(waiting) = self.conns.get_mut(&conn).and_then(|c| c.held_back.as_mut()) {
+            return waiting.push(frame);
+        }
         self.outputs.push_back(Output::Send { conn, frame });
     }
 
@@ -458,6 +484,11 @@ impl Gateway {
     }
 
     fn close(&mut self, conn: ConnId, code: u16, reason: &'static str) {
+        // What waited behind a replay goes before the close (an error frame, say).
+        let waiting = self.conns.get_mut(&conn).and_then(|c| c.held_back.take());
+        for frame in waiting.unwrap_or_default() {
+            self.outputs.push_back(Output::Send { conn, frame });
+        }
         if self.forget_conn(conn) {
             self.outputs.push_back(Output::Close { conn, code, reason });
         }
@@ -525,22 +556,33 @@ impl Gateway {
     /// device goes first. `false` if it cannot fit even then.
     fn make_hold_room(&mut self, bytes: usize) -> bool {
         let mut total: usize = self.devices.values().map(|d| d.hold.bytes()).sum();
-        let mut dropped = 0;
+        let mut gone: Vec<(DeviceId, String)> = Vec::new();
         let cap = self.config.max_held_total;
+        let mut fits = true;
         while total + bytes > cap {
             let oldest = self
                 .devices
                 .iter_mut()
-                .filter_map(|(_, d)| d.hold.oldest().map(|at| (at, d)))
-                .min_by_key(|(at, _)| *at);
-            let Some((_, d)) = oldest else { return false };
-            total -= d.hold.drop_oldest();
-            dropped += 1;
+                .filter_map(|(id, d)| d.hold.oldest().map(|at| (at, id, d)))
+                .min_by_key(|(at, _, _)| *at);
+            let Some((_, id, d)) = oldest else {
+                fits = false;
+                break;
+            };
+            let (freed, key) = d.hold.drop_oldest();
+            total -= freed;
+            gone.extend(key.map(|k| (id.clone(), k)));
         }
-        if dropped > 0 {
-            log::info!("dropped {dropped} held outputs: {cap} bytes held for offline devices (L32)");
+        if !gone.is_empty() {
+            log::info!(
+                "dropped {} held outputs: {cap} bytes held for offline devices (L32)",
+                gone.len()
+            );
         }
-        true
+        for (device, key) in gone {
+            self.keep_unheld(&device, vec![key]);
+        }
+        fits
     }
 
     /// Arms the cards' one timer for the earliest open card.
@@ -580,15 +622,17 @@ impl Gateway {
             return;
         }
         let dropped = d.hold.expire(now, max_age);
-        if dropped > 0 {
+        if !dropped.is_empty() {
             log::info!(
-                "device {device:?}: dropped {dropped} held outputs after {}s offline (M4)",
+                "device {device:?}: dropped {} held outputs after {}s offline (M4)",
+                dropped.len(),
                 max_age.as_secs()
             );
         }
         if let Some(next) = d.hold.next_deadline(max_age) {
             self.timers.arm(&mut d.hold_slot, next, TimerKey::Hold(device.clone()));
         }
+        self.keep_unheld(&device, dropped);
         self.forget_device_if_unused(&device);
     }
 }

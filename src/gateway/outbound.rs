@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
+use super::journal::{stamp, Reply};
 use super::timers::{claim, TimerKey};
 use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile};
@@ -89,12 +90,14 @@ impl Gateway {
                     },
                     ttl: card.expires_at.since(now),
                 };
+                let mut card = card;
+                let seq = self.keep_card_open(now, &mut card);
                 self.prompts.insert(card);
                 self.arm_prompts();
                 // P1: an offline device gets the card when it connects, within its TTL.
                 match self.online_conn(&device) {
                     Some(conn) => {
-                        self.send(conn, frame);
+                        self.send(conn, stamp(vec![frame], seq).remove(0));
                         self.after_agent_output(now, &device);
                     }
                     None => self.notify(&device, notice),
@@ -166,8 +169,15 @@ impl Gateway {
         let phone_saw = phone_saw.unwrap_or(false);
         match d.conn {
             Some(conn) => {
+                let version = Reply {
+                    text,
+                    done,
+                    held: false,
+                    edit: phone_saw,
+                };
+                let seq = self.keep_reply(now, &device, &message, version);
                 let frames = self.message_frames(message.as_str(), text, phone_saw, done);
-                for frame in frames {
+                for frame in stamp(frames, seq) {
                     self.send(conn, frame);
                 }
             }
@@ -177,8 +187,15 @@ impl Gateway {
                 if !self.make_hold_room(growth) {
                     return Err(CommandError::HoldFull);
                 }
+                let version = Reply {
+                    text,
+                    done,
+                    held: true,
+                    edit: phone_saw,
+                };
+                let seq = self.keep_reply(now, &device, &message, version);
                 let d = self.devices.get_mut(&device).expect("the device was created above");
-                d.hold.message(now, &message, text, phone_saw, done)?;
+                d.hold.message(now, &message, text, phone_saw, done, seq)?;
                 self.arm_hold(now, &device);
                 if done {
                     // (b): one final reply, one notification (coalesced by the server).
@@ -213,7 +230,8 @@ impl Gateway {
         let id = self.ids.frame_id("f");
         match self.device_entry(&device).conn {
             Some(conn) => {
-                for frame in self.media_frames(&id, &file) {
+                let seq = self.keep_file(now, &device, &id, &file, false);
+                for frame in stamp(self.media_frames(&id, &file), seq) {
                     self.send(conn, frame);
                 }
                 self.after_agent_output(now, &device);
@@ -224,8 +242,9 @@ impl Gateway {
                 if !self.make_hold_room(growth) {
                     return Err(CommandError::HoldFull);
                 }
+                let seq = self.keep_file(now, &device, &id, &file, true);
                 let d = self.devices.get_mut(&device).expect("the device was created above");
-                d.hold.file(now, id, file)?;
+                d.hold.file(now, id, file, seq)?;
                 self.arm_hold(now, &device);
             }
         }
@@ -299,12 +318,13 @@ impl Gateway {
             expired: true,
         };
         let frame = closed.frame(id.as_str());
-        let Some(card) = self.prompts.close(now, id.as_str(), closed) else {
+        let Some(card) = self.prompts.close(now, id.as_str(), closed.clone()) else {
             return;
         };
+        let seq = self.keep_card_closed(now, &card, &closed);
         // P5: the device hears of it if it is online; the agent always does.
         if let Some(conn) = self.online_conn(&card.device) {
-            self.send(conn, frame);
+            self.send(conn, stamp(vec![frame], seq).remove(0));
         }
         self.events.push_back(AgentEvent::PromptExpired {
             device: card.device,
@@ -318,20 +338,29 @@ impl Gateway {
     pub(super) fn flush_hold(&mut self, conn: ConnId, device: &DeviceId) {
         let Some(d) = self.devices.get_mut(device) else { return };
         d.hold_slot = None;
-        for held in d.hold.take() {
+        let held = d.hold.take();
+        let keys = held.iter().map(Held::key).collect();
+        for held in held {
             let frames = match held {
-                Held::Message { id, text, edit, done } => {
+                Held::Message {
+                    id,
+                    text,
+                    edit,
+                    done,
+                    seq,
+                } => {
                     if let Some(saw) = self.devices.get_mut(device).and_then(|d| d.streams.get_mut(&id)) {
                         *saw = true;
                     }
-                    self.message_frames(id.as_str(), &text, edit, done)
+                    stamp(self.message_frames(id.as_str(), &text, edit, done), seq)
                 }
-                Held::File { id, file } => self.media_frames(&id, &file),
+                Held::File { id, file, seq } => stamp(self.media_frames(&id, &file), seq),
             };
             for frame in frames {
                 self.send(conn, frame);
             }
         }
+        self.keep_unheld(device, keys);
     }
 
     /// One version of a message, split (M1, M2).

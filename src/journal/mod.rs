@@ -9,6 +9,38 @@
 //! emitted them, so a read sees every record emitted before it, committed or not.
 
 use crate::ids::DeviceId;
+
+pub mod body;
+pub mod memory;
+pub mod seqs;
+
+/// `MOBILE_HISTORY*`: what the journal keeps (the core's part of it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalConfig {
+    /// `MOBILE_HISTORY`: keep the conversation after it is delivered.
+    pub history: bool,
+    /// `MOBILE_HISTORY_ITEMS`, per device.
+    pub items: usize,
+    /// `MOBILE_HISTORY_DAYS`.
+    pub days: u32,
+}
+
+impl JournalConfig {
+    /// The defaults: history on, 5,000 entries and 30 days per device.
+    pub fn new() -> JournalConfig {
+        JournalConfig {
+            history: true,
+            items: 5000,
+            days: 30,
+        }
+    }
+}
+
+impl Default for JournalConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
 use crate::time::Time;
 
 /// One thing the journal keeps for a device: a message (either way), a file, a card.

@@ -38,6 +38,16 @@ pub enum ClientFrame<'a> {
     PushTest {
         id: Cow<'a, str>,
     },
+    /// A page of the journal (issue 24).
+    History {
+        id: Cow<'a, str>,
+        before: Option<u64>,
+        limit: usize,
+    },
+    /// Drop this device's journal (issue 24).
+    Forget {
+        id: Cow<'a, str>,
+    },
     /// An unknown `t`: ignored after `hello` (decisions G3), fatal before it (G4).
     Unknown(Cow<'a, str>),
 }
@@ -52,6 +62,8 @@ pub struct Hello<'a> {
     pub app_version: Cow<'a, str>,
     pub user_id: Cow<'a, str>,
     pub user_name: Cow<'a, str>,
+    /// `resume.after` (issue 24): replay what changed after this seq.
+    pub resume_after: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -228,6 +240,12 @@ pub(super) struct RawFrame<'a> {
     pub(super) subscription: Option<Object<super::push::RawSubscription<'a>>>,
     #[serde(borrow, default)]
     pub(super) app_url: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    resume: Option<Object<super::journal::RawResume<'a>>>,
+    #[serde(borrow, default)]
+    pub(super) before: Option<Scalar<'a>>,
+    #[serde(borrow, default)]
+    pub(super) limit: Option<Scalar<'a>>,
 }
 
 #[derive(Deserialize, Default, Debug, Clone, PartialEq)]
@@ -343,6 +361,8 @@ fn validate<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
         "push_subscribe" => super::push::subscribe(raw),
         "push_unsubscribe" => super::push::unsubscribe(raw),
         "push_test" => super::push::test(raw),
+        "history" => super::journal::history(raw),
+        "forget" => super::journal::forget(raw),
         _ => Ok(ClientFrame::Unknown(Cow::Owned(t.into_owned()))),
     }
 }
@@ -373,6 +393,7 @@ fn hello<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
         app_version: owned_cut(opt_str(&device.app_version, "device.app_version")?, n),
         user_id: owned_cut(opt_str(&user.id, "user.id")?, n),
         user_name: owned_cut(opt_str(&user.name, "user.name")?, n),
+        resume_after: super::journal::resume_after(&raw.resume)?,
     }))
 }
 

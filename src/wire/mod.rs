@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod error;
+pub mod journal;
 pub mod lenient;
 pub mod push;
 pub mod server;

@@ -49,6 +49,16 @@ pub struct Capabilities {
     /// The push extension (issue 18, docs/push.md); absent with `MOBILE_PUSH=off`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub push: Option<PushCapability>,
+    /// The journal's history (issue 24, L56); absent when history is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryCapability>,
+}
+
+/// `ready.capabilities.history`: how much of its conversation the gateway keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryCapability {
+    pub items: usize,
+    pub days: u32,
 }
 
 /// `ready.capabilities.push`.
@@ -78,6 +88,7 @@ impl Capabilities {
             max_media_bytes: MAX_MEDIA_BYTES as u64,
             max_text_chars: MAX_TEXT_CHARS as u64,
             push: None,
+            history: None,
         }
     }
 }
@@ -92,6 +103,9 @@ pub struct Ready<'a> {
     #[serde(borrow)]
     pub avatar_url: Cow<'a, str>,
     pub capabilities: Capabilities,
+    /// The device's latest journal seq (issue 24, L56); absent without a journal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
 }
 
 impl<'a> Ready<'a> {
@@ -105,6 +119,7 @@ impl<'a> Ready<'a> {
             },
             avatar_url: Cow::Borrowed(avatar_url),
             capabilities: Capabilities::v1(),
+            seq: None,
         }
     }
 }

@@ -24,6 +24,10 @@ pub struct Harness {
     pub notices: Vec<hermes_mobile::push::Notification>,
     /// How many times the push subscriptions changed.
     pub push_changes: usize,
+    /// The journal (issue 24), when the gateway keeps one.
+    pub journal: Option<hermes_mobile::journal::memory::MemoryJournal>,
+    /// Commit after every input (a fast disk); off, commits wait for `commit()`.
+    pub auto_commit: bool,
 }
 
 impl Harness {
@@ -42,10 +46,84 @@ impl Harness {
             presence: Vec::new(),
             notices: Vec::new(),
             push_changes: 0,
+            journal: None,
+            auto_commit: true,
         }
     }
 
+    /// A gateway with a journal (issue 24) in memory, history on unless the config says.
+    pub fn with_journal(mut config: Config) -> Harness {
+        let journal = *config
+            .journal
+            .get_or_insert_with(hermes_mobile::journal::JournalConfig::new);
+        let mut h = Harness::with_config(config);
+        h.journal = Some(hermes_mobile::journal::memory::MemoryJournal::new(journal.history));
+        h
+    }
+
+    /// Commits what the journal has (the store's group commit) and tells the gateway.
+    pub fn commit(&mut self) {
+        let ticket = self
+            .journal
+            .as_mut()
+            .filter(|j| j.has_pending())
+            .and_then(|j| j.commit());
+        if let Some(ticket) = ticket {
+            self.gw.handle_journal_committed(self.now, ticket);
+            self.pump();
+        }
+    }
+
+    /// The store's transaction failed: what it held is rolled back, and the gateway told.
+    pub fn fail_commit(&mut self) {
+        if let Some(j) = self.journal.as_mut() {
+            j.crash();
+        }
+        self.gw.handle_journal_failed(self.now, u64::MAX);
+        self.pump();
+    }
+
+    /// A restart: the process goes (with a SIGKILL, what was not committed goes too), and a
+    /// new gateway starts from the journal, as the server does before its loop.
+    pub fn restart(&mut self, killed: bool) {
+        let journal = self.journal.as_mut().expect("a journal");
+        if killed {
+            journal.crash();
+        } else {
+            journal.commit();
+        }
+        let snapshot = journal.snapshot();
+        // The server reserves a block ahead for every device before the loop starts.
+        let ahead = hermes_mobile::journal::seqs::BLOCK;
+        for (device, n) in &snapshot.seqs {
+            journal.apply(hermes_mobile::journal::Record::Reserve {
+                device: device.clone(),
+                upto: n + ahead,
+            });
+        }
+        journal.commit();
+        let config = self.gw.config().clone();
+        let push = self.gw.push_snapshot();
+        self.gw = Gateway::new(config);
+        self.gw.restore_push(&push).expect("the push snapshot reads back");
+        self.gw.restore(self.now, snapshot, ahead);
+        self.sent.clear();
+        self.closed.clear();
+        self.pump();
+    }
+
     fn pump(&mut self) {
+        loop {
+            self.drain();
+            let ready = self.auto_commit && self.journal.as_ref().is_some_and(|j| j.has_pending());
+            if !ready {
+                break;
+            }
+            self.commit();
+        }
+    }
+
+    fn drain(&mut self) {
         while let Some(out) = self.gw.poll_output() {
             match out {
                 Output::Send { conn, frame } => {
@@ -65,6 +143,15 @@ impl Harness {
                 Output::Authenticated { .. } => {}
                 Output::Notify(n) => self.notices.push(n),
                 Output::PushChanged => self.push_changes += 1,
+                Output::Journal(record) => {
+                    if let Some(j) = self.journal.as_mut() {
+                        j.apply(record);
+                    }
+                }
+                Output::JournalRead { token, read } => {
+                    let result = self.journal.as_ref().map(|j| j.read(&read)).unwrap_or_default();
+                    self.gw.handle_journal_read(self.now, token, Ok(result));
+                }
             }
         }
         while let Some(e) = self.gw.poll_event() {

@@ -1,0 +1,518 @@
+//! The journal's write side (issue 24): which changes are kept, their seqs, and the answers
+//! that wait for a commit (`received`, a held `delivered`, `forgotten`).
+//!
+//! The core emits [`Record`]s as [`Output::Journal`]; the server's store applies them in
+//! order and reports each `Confirm` ticket once it is on disk
+//! ([`Gateway::handle_journal_committed`]). Frames that carry a seq wait only while their
+//! seq is not yet reserved on disk (a device's first block, L57), never for a commit.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use super::{Gateway, Output};
+use crate::ids::{ConnId, DeviceId};
+use crate::journal::body::Body;
+use crate::journal::seqs::Seqs;
+use crate::journal::{Entry, JournalConfig, Read, Record, Window};
+use crate::time::Time;
+use crate::wire::journal::{with_seq, Received};
+use crate::wire::server::encode;
+use crate::wire::{ErrorCode, Rejection};
+
+/// A streamed reply is kept at most this often while it streams; its first and final
+/// versions always (issue 24 §1).
+pub(super) const STREAM_JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// An answer that may go only once its records are on disk.
+#[derive(Debug)]
+pub(super) enum Waiting {
+    Reserve {
+        device: DeviceId,
+        upto: u64,
+    },
+    Received {
+        conn: ConnId,
+        id: String,
+        seq: u64,
+    },
+    /// A `deliver` held for an offline device (L45): `delivered` after the commit, or
+    /// `device_offline` and the delivery undone if the commit failed.
+    HeldDelivery(Box<HeldDelivery>),
+    Forgotten {
+        conn: ConnId,
+        id: String,
+    },
+}
+
+#[derive(Debug)]
+pub(super) struct HeldDelivery {
+    pub conn: ConnId,
+    pub frame: String,
+    pub sender: DeviceId,
+    pub id: String,
+    pub target: DeviceId,
+    pub keys: Vec<String>,
+}
+
+/// A read whose answer is on its way.
+#[derive(Debug)]
+pub(super) enum PendingRead {
+    Replay { conn: ConnId, device: DeviceId, after: u64 },
+    History { conn: ConnId, id: String },
+}
+
+/// The journal's state in the core.
+#[derive(Debug)]
+pub(super) struct Journal {
+    pub config: JournalConfig,
+    pub seqs: Seqs,
+    next_ticket: u64,
+    pub waiting: VecDeque<(u64, Waiting)>,
+    next_read: u64,
+    pub reads: HashMap<u64, PendingRead>,
+}
+
+impl Journal {
+    pub fn new(config: JournalConfig) -> Journal {
+        Journal {
+            config,
+            seqs: Seqs::default(),
+            next_ticket: 0,
+            waiting: VecDeque::new(),
+            next_read: 0,
+            reads: HashMap::new(),
+        }
+    }
+}
+
+/// A journal entry being written, before its key's details.
+pub(super) struct NewEntry<'a> {
+    pub device: &'a DeviceId,
+    pub key: String,
+    pub seq: u64,
+    pub first_seq: u64,
+    pub at: Time,
+    pub held: bool,
+    pub deadline: Option<Time>,
+    pub body: Body,
+    pub blob: Option<Vec<u8>>,
+}
+
+/// `frames`, each with `seq` (none without a journal: seq 0).
+pub(super) fn stamp(frames: Vec<String>, seq: u64) -> Vec<String> {
+    if seq == 0 {
+        return frames;
+    }
+    frames.into_iter().map(|f| with_seq(f, seq)).collect()
+}
+
+impl Gateway {
+    pub(super) fn journal_on(&self) -> bool {
+        self.journal.is_some()
+    }
+
+    pub(super) fn history_on(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| j.config.history)
+    }
+
+    pub(super) fn keep(&mut self, record: Record) {
+        if self.journal.is_some() {
+            self.outputs.push_back(Output::Journal(record));
+        }
+    }
+
+    /// Asks the store to confirm everything so far; `waiting` runs once it has.
+    pub(super) fn confirm(&mut self, waiting: Waiting) {
+        let Some(j) = self.journal.as_mut() else { return };
+        j.next_ticket += 1;
+        let ticket = j.next_ticket;
+        j.waiting.push_back((ticket, waiting));
+        self.outputs.push_back(Output::Journal(Record::Confirm { ticket }));
+    }
+
+    pub(super) fn read(&mut self, read: Read, pending: PendingRead) {
+        let Some(j) = self.journal.as_mut() else { return };
+        j.next_read += 1;
+        let token = j.next_read;
+        j.reads.insert(token, pending);
+        self.outputs.push_back(Output::JournalRead { token, read });
+    }
+
+    /// The device's next seq (0 without a journal). While it is not yet reserved on disk,
+    /// the device's connection holds its frames back (L57).
+    pub(super) fn next_seq(&mut self, device: &DeviceId) -> u64 {
+        let Some(j) = self.journal.as_mut() else { return 0 };
+        let next = j.seqs.next(device);
+        let safe = j.seqs.is_safe(device);
+        if let Some(upto) = next.reserve {
+            self.reserve(device, upto);
+        }
+        if !safe {
+            if let Some(conn) = self.devices.get(device).and_then(|d| d.conn) {
+                self.hold_back(conn);
+            }
+        }
+        next.seq
+    }
+
+    /// A hello reserves a block ahead if the device is short of one, so its first frames
+    /// seldom wait.
+    pub(super) fn top_up_seqs(&mut self, device: &DeviceId) {
+        if let Some(upto) = self.journal.as_mut().and_then(|j| j.seqs.top_up(device)) {
+            self.reserve(device, upto);
+        }
+    }
+
+    fn reserve(&mut self, device: &DeviceId, upto: u64) {
+        self.keep(Record::Reserve {
+            device: device.clone(),
+            upto,
+        });
+        self.confirm(Waiting::Reserve {
+            device: device.clone(),
+            upto,
+        });
+    }
+
+    pub(super) fn latest_seq(&self, device: &DeviceId) -> Option<u64> {
+        self.journal.as_ref().map(|j| j.seqs.latest(device))
+    }
+
+    pub(super) fn put(&mut self, e: NewEntry<'_>) {
+        let open = e.body.t == "prompt" && e.body.closed.is_none();
+        let entry = Entry {
+            device: e.device.clone(),
+            key: e.key,
+            seq: e.seq,
+            first_seq: e.first_seq,
+            at: e.at,
+            held: e.held,
+            open,
+            deadline: e.deadline,
+            body: e.body.to_json(),
+            blob: e.blob,
+        };
+        self.keep(Record::Put(entry));
+    }
+
+    /// Records an idempotency entry (I2 or S4) so that it outlives a restart.
+    pub(super) fn keep_dedup(&mut self, window: Window, device: &DeviceId, id: &str, now: Time, value: String) {
+        self.keep(Record::Dedup {
+            window,
+            device: device.clone(),
+            id: id.to_owned(),
+            at: now,
+            value,
+        });
+    }
+
+    /// Held output the device will not get from its hold any more (sent, expired, dropped).
+    pub(super) fn keep_unheld(&mut self, device: &DeviceId, keys: Vec<String>) {
+        if !keys.is_empty() {
+            self.keep(Record::Sent {
+                device: device.clone(),
+                keys,
+            });
+        }
+    }
+
+    /// `received` for a message accepted (or a duplicate of one) on a connection that
+    /// resumed, once it is on disk (L58).
+    pub(super) fn confirm_received(&mut self, conn: ConnId, id: &str, seq: u64) {
+        let resumed = self.conns.get(&conn).is_some_and(|c| c.resumed);
+        if resumed && seq > 0 {
+            self.confirm(Waiting::Received {
+                conn,
+                id: id.to_owned(),
+                seq,
+            });
+        }
+    }
+
+    /// Everything up to `ticket` is on disk.
+    pub fn handle_journal_committed(&mut self, now: Time, ticket: u64) {
+        self.now = self.now.max(now);
+        while let Some(waiting) = self.pop_waiting(ticket) {
+            match waiting {
+                Waiting::Reserve { device, upto } => {
+                    if let Some(j) = self.journal.as_mut() {
+                        j.seqs.reserved(&device, upto);
+                    }
+                    if let Some(conn) = self.devices.get(&device).and_then(|d| d.conn) {
+                        self.release(conn);
+                    }
+                }
+                Waiting::Received { conn, id, seq } => {
+                    let frame = encode("received", &Received { id: id.into(), seq });
+                    self.send_if_open(conn, frame);
+                }
+                Waiting::HeldDelivery(d) => self.send_if_open(d.conn, d.frame),
+                Waiting::Forgotten { conn, id } => {
+                    let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
+                    self.send_if_open(conn, frame);
+                }
+            }
+        }
+    }
+
+    /// The records up to `ticket` could not be kept: nothing that promised them is sent;
+    /// a held `deliver` gets `device_offline` so its sender retries (issue 24 §4).
+    pub fn handle_journal_failed(&mut self, now: Time, ticket: u64) {
+        self.now = self.now.max(now);
+        while let Some(waiting) = self.pop_waiting(ticket) {
+            match waiting {
+                Waiting::Reserve { device, .. } => {
+                    if let Some(j) = self.journal.as_mut() {
+                        j.seqs.reserve_failed(&device);
+                    }
+                    // Ask again at once: frames of this device wait for it.
+                    self.top_up_seqs(&device);
+                }
+                Waiting::Received { conn, id, .. } => {
+                    log::warn!("{conn:?}: message {id:?} not confirmed: the journal could not keep it");
+                }
+                Waiting::HeldDelivery(d) => self.undo_held_delivery(*d),
+                Waiting::Forgotten { conn, id } => {
+                    let r = Rejection::new(ErrorCode::InternalError, "the journal could not forget");
+                    if self.conns.contains_key(&conn) {
+                        self.send_error(conn, &r.with_id(Some(&id)), false);
+                    }
+                }
+            }
+        }
+    }
+
+    fn pop_waiting(&mut self, ticket: u64) -> Option<Waiting> {
+        let j = self.journal.as_mut()?;
+        if j.waiting.front().is_some_and(|(t, _)| *t <= ticket) {
+            j.waiting.pop_front().map(|(_, w)| w)
+        } else {
+            None
+        }
+    }
+
+    fn undo_held_delivery(&mut self, d: HeldDelivery) {
+        self.delivered.remove(&d.sender, &d.id);
+        if let Some(dev) = self.devices.get_mut(&d.target) {
+            dev.hold.remove(&d.keys);
+        }
+        log::warn!(
+            "deliver {:?} to {:?} not kept by the journal: answered device_offline",
+            d.id,
+            d.target
+        );
+        let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online");
+        if self.conns.contains_key(&d.conn) {
+            self.send_error(d.conn, &r.with_id(Some(&d.id)), false);
+        }
+    }
+
+    /// Frames for `conn` wait in order until [`Gateway::release`].
+    pub(super) fn hold_back(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.held_back.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Lets `conn`'s frames go once nothing holds them back: no replay under way and
+    /// every seq its device was given reserved on disk.
+    pub(super) fn release(&mut self, conn: ConnId) {
+        let Some(c) = self.conns.get(&conn) else { return };
+        if c.held_back.is_none() || c.replaying {
+            return;
+        }
+        let safe = match &c.state {
+            super::ConnState::Ready { device, .. } => self.journal.as_ref().is_none_or(|j| j.seqs.is_safe(device)),
+            super::ConnState::AwaitingHello => true,
+        };
+        if !safe {
+            return;
+        }
+        let frames = self
+            .conns
+            .get_mut(&conn)
+            .and_then(|c| c.held_back.take())
+            .unwrap_or_default();
+        for frame in frames {
+            self.outputs.push_back(Output::Send { conn, frame });
+        }
+    }
+
+    fn send_if_open(&mut self, conn: ConnId, frame: String) {
+        if self.conns.contains_key(&conn) {
+            self.send(conn, frame);
+        }
+    }
+}
+
+impl Gateway {
+    /// A card opened: kept open with its deadline. Returns its seq (0 without a journal).
+    pub(super) fn keep_card_open(&mut self, now: Time, card: &mut crate::prompts::Card) -> u64 {
+        if !self.journal_on() {
+            return 0;
+        }
+        let seq = self.next_seq(&card.device);
+        card.journal_seq = seq;
+        self.put(NewEntry {
+            device: &card.device,
+            key: format!("p:{}", card.id.as_str()),
+            seq,
+            first_seq: seq,
+            at: now,
+            held: false,
+            deadline: Some(card.expires_at),
+            body: card.body(None),
+            blob: None,
+        });
+        seq
+    }
+
+    /// A card closed: kept with how. Returns the seq of its closing (0 without a journal).
+    pub(super) fn keep_card_closed(
+        &mut self,
+        now: Time,
+        card: &crate::prompts::Card,
+        closed: &crate::prompts::Closed,
+    ) -> u64 {
+        if !self.journal_on() {
+            return 0;
+        }
+        let seq = self.next_seq(&card.device);
+        self.put(NewEntry {
+            device: &card.device,
+            key: format!("p:{}", card.id.as_str()),
+            seq,
+            first_seq: card.journal_seq,
+            at: now,
+            held: false,
+            deadline: None,
+            body: card.body(Some(closed)),
+            blob: None,
+        });
+        seq
+    }
+
+    /// A version of a reply: its first and final versions are kept, and the ones between
+    /// at most once a second (issue 24 §1). Returns the seq its frames carry: that of the
+    /// latest version kept.
+    pub(super) fn keep_reply(
+        &mut self,
+        now: Time,
+        device: &DeviceId,
+        message: &crate::ids::MessageId,
+        version: Reply<'_>,
+    ) -> u64 {
+        if !self.journal_on() {
+            return 0;
+        }
+        let prior = self.devices.get(device).and_then(|d| d.journaled.get(message).copied());
+        let due = prior.is_none_or(|(_, _, at)| version.done || now >= at + STREAM_JOURNAL_INTERVAL);
+        if !due {
+            return prior.map_or(0, |(_, seq, _)| seq);
+        }
+        let seq = self.next_seq(device);
+        let first = prior.map_or(seq, |(first, _, _)| first);
+        if let Some(d) = self.devices.get_mut(device) {
+            if version.done {
+                d.journaled.remove(message);
+            } else {
+                d.journaled.insert(message.clone(), (first, seq, now));
+            }
+        }
+        if self.history_on() || version.held {
+            self.put(NewEntry {
+                device,
+                key: format!("m:{}", message.as_str()),
+                seq,
+                first_seq: first,
+                at: now,
+                held: version.held,
+                deadline: None,
+                body: Body::message(message.as_str(), version.text, version.done, version.edit),
+                blob: None,
+            });
+        }
+        seq
+    }
+
+    /// A file to the device (the agent's, or a delivery's): kept with its bytes while held.
+    pub(super) fn keep_file(
+        &mut self,
+        now: Time,
+        device: &DeviceId,
+        id: &str,
+        file: &crate::agent::OutgoingFile,
+        held: bool,
+    ) -> u64 {
+        if !self.journal_on() {
+            return 0;
+        }
+        let seq = self.next_seq(device);
+        if self.history_on() || held {
+            let mut body = Body::file(
+                false,
+                id,
+                file.kind.as_str(),
+                &file.mime,
+                &file.filename,
+                file.data.len(),
+            );
+            body.caption = file.caption.clone();
+            body.reply_to = file.reply_to.clone();
+            self.put(NewEntry {
+                device,
+                key: format!("f:{id}"),
+                seq,
+                first_seq: seq,
+                at: now,
+                held,
+                deadline: None,
+                body,
+                blob: held.then(|| file.data.clone()),
+            });
+        }
+        seq
+    }
+
+    /// A message the person sent, accepted (I2 across restarts, issue 24 §1): its id in the
+    /// dedup window with its seq, and in history its text or metadata. `received` follows
+    /// the commit on a connection that resumed.
+    pub(super) fn keep_user_message(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        device: &DeviceId,
+        id: &str,
+        body: impl FnOnce() -> Body,
+    ) -> u64 {
+        if !self.journal_on() {
+            return 0;
+        }
+        let seq = self.next_seq(device);
+        if self.history_on() {
+            self.put(NewEntry {
+                device,
+                key: format!("u:{id}"),
+                seq,
+                first_seq: seq,
+                at: now,
+                held: false,
+                deadline: None,
+                body: body(),
+                blob: None,
+            });
+        }
+        self.keep_dedup(Window::Seen, device, id, now, seq.to_string());
+        self.confirm_received(conn, id, seq);
+        seq
+    }
+}
+
+/// One version of a reply, as [`Gateway::keep_reply`] keeps it.
+pub(super) struct Reply<'a> {
+    pub text: &'a str,
+    pub done: bool,
+    pub held: bool,
+    /// The phone saw an earlier version (L6).
+    pub edit: bool,
+}

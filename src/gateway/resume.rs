@@ -1,0 +1,330 @@
+//! The journal's read side (issue 24): restore at start-up, `resume`'s replay, `history`
+//! pages and `forget`.
+
+use std::borrow::Cow;
+
+use super::journal::{stamp, PendingRead, Waiting};
+use super::{ConnState, Gateway};
+use crate::agent::OutgoingFile;
+use crate::ids::{ConnId, DeviceId, MessageId};
+use crate::journal::body::Body;
+use crate::journal::{Entry, Read, ReadResult, Record, Snapshot, Window};
+use crate::prompts::{Card, Closed};
+use crate::time::Time;
+use crate::wire::journal::{with_seq, HistoryPage, Resumed};
+use crate::wire::server::encode;
+use crate::wire::{DownloadKind, ErrorCode, Rejection};
+
+impl Gateway {
+    /// Restores what the journal kept (before any input): seqs, held output, open cards and
+    /// the idempotency windows. `ahead` seqs per device were reserved by the driver before
+    /// the loop started. Entries this build cannot read are skipped and logged.
+    pub fn restore(&mut self, now: Time, snapshot: Snapshot, ahead: u64) {
+        self.now = self.now.max(now);
+        let Some(j) = self.journal.as_mut() else { return };
+        j.seqs.restore(&snapshot.seqs, snapshot.seq_floor, ahead);
+        let mut skipped = 0;
+        for entry in snapshot.held {
+            skipped += usize::from(!self.restore_held(now, entry));
+        }
+        for entry in snapshot.open_cards {
+            skipped += usize::from(!self.restore_card(now, entry));
+        }
+        for row in snapshot.dedup {
+            match row.window {
+                Window::Seen => {
+                    let seq = row.value.parse().unwrap_or(0);
+                    self.seen.insert(row.at, &row.device, &row.id, seq);
+                }
+                Window::Delivered => self.delivered.insert(row.at, &row.device, &row.id, row.value),
+            }
+        }
+        if skipped > 0 {
+            log::warn!("journal: {skipped} entries this build cannot read were skipped");
+        }
+        let devices: Vec<DeviceId> = self.devices.keys().cloned().collect();
+        for device in devices {
+            self.arm_hold(now, &device);
+        }
+        self.arm_prompts();
+        self.arm_sweep(now);
+    }
+
+    fn restore_held(&mut self, now: Time, entry: Entry) -> bool {
+        let Some(body) = Body::parse(&entry.body) else {
+            return false;
+        };
+        let d = self.device_entry(&entry.device);
+        let result = match body.t.as_str() {
+            "message" => d.hold.message(
+                now,
+                &MessageId(body.id),
+                body.text.as_deref().unwrap_or(""),
+                body.edit,
+                body.is_final.unwrap_or(true),
+                entry.seq,
+            ),
+            "media" => match file_of(&body, entry.blob) {
+                Some(file) => d.hold.file(now, body.id, file, entry.seq),
+                None => return false,
+            },
+            _ => return false,
+        };
+        result.is_ok()
+    }
+
+    fn restore_card(&mut self, now: Time, entry: Entry) -> bool {
+        let Some(body) = Body::parse(&entry.body) else {
+            return false;
+        };
+        let deadline = entry.deadline.unwrap_or(now);
+        let Some(card) = Card::from_body(entry.device.clone(), body, deadline, entry.first_seq) else {
+            return false;
+        };
+        self.device_entry(&entry.device);
+        self.prompts.insert(card);
+        true
+    }
+
+    /// `hello` with `resume`: everything after `after` comes from the journal first; frames
+    /// for the connection wait behind it (L58). What the hold had is in that read: the
+    /// records went before it, in order.
+    pub(super) fn begin_replay(&mut self, conn: ConnId, device: &DeviceId, after: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.replaying = true;
+        }
+        self.hold_back(conn);
+        let read = Read::After {
+            device: device.clone(),
+            after,
+        };
+        let pending = PendingRead::Replay {
+            conn,
+            device: device.clone(),
+            after,
+        };
+        self.read(read, pending);
+        let Some(d) = self.devices.get_mut(device) else { return };
+        d.hold_slot = None;
+        let keys: Vec<String> = d.hold.take().iter().map(|h| h.key()).collect();
+        for held in &keys {
+            if let Some(id) = held.strip_prefix("m:") {
+                if let Some(saw) = d.streams.get_mut(&MessageId(id.to_owned())) {
+                    *saw = true;
+                }
+            }
+        }
+        self.keep_unheld(device, keys);
+    }
+
+    /// A read the journal answered.
+    pub fn handle_journal_read(&mut self, now: Time, token: u64, result: Result<ReadResult, String>) {
+        self.now = self.now.max(now);
+        let Some(pending) = self.journal.as_mut().and_then(|j| j.reads.remove(&token)) else {
+            return;
+        };
+        match pending {
+            PendingRead::Replay { conn, device, after } => self.finish_replay(now, conn, &device, after, result),
+            PendingRead::History { conn, id } => self.answer_history(now, conn, &id, result),
+        }
+    }
+
+    fn finish_replay(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        device: &DeviceId,
+        after: u64,
+        result: Result<ReadResult, String>,
+    ) {
+        let still_this_device = self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| matches!(&c.state, ConnState::Ready { device: d, .. } if d == device));
+        if !still_this_device {
+            return;
+        }
+        let entries = match result {
+            Ok(r) => r.entries,
+            Err(e) => {
+                log::warn!("{conn:?}: the journal could not be read for resume: {e}");
+                Vec::new()
+            }
+        };
+        for entry in entries {
+            for frame in self.replay_frames(now, &entry, after) {
+                self.outputs.push_back(super::Output::Send { conn, frame });
+            }
+        }
+        let seq = self.latest_seq(device).unwrap_or(0);
+        self.outputs.push_back(super::Output::Send {
+            conn,
+            frame: encode("resumed", &Resumed { seq }),
+        });
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.replaying = false;
+        }
+        self.release(conn);
+    }
+
+    /// One entry as a resuming client gets it: its latest state, once (L58).
+    fn replay_frames(&self, now: Time, entry: &Entry, after: u64) -> Vec<String> {
+        let Some(body) = Body::parse(&entry.body) else {
+            return Vec::new();
+        };
+        match body.t.as_str() {
+            // A client's own messages are not replayed to it.
+            _ if body.from.is_some() => Vec::new(),
+            "message" => {
+                let text = body.text.as_deref().unwrap_or("");
+                let edit = entry.first_seq <= after;
+                let frames = self.message_frames(&body.id, text, edit, body.is_final.unwrap_or(true));
+                stamp(frames, entry.seq)
+            }
+            "media" => match file_of(&body, entry.blob.clone()) {
+                Some(file) if entry.blob.is_some() => stamp(self.media_frames(&body.id, &file), entry.seq),
+                _ => vec![with_seq(media_without_data(&body), entry.seq)],
+            },
+            "prompt" => self.replay_card(now, entry, body, after),
+            _ => Vec::new(),
+        }
+    }
+
+    fn replay_card(&self, now: Time, entry: &Entry, body: Body, after: u64) -> Vec<String> {
+        let mut frames = Vec::new();
+        if let Some(card) = self.prompts.get(&body.id) {
+            if entry.first_seq > after {
+                frames.push(with_seq(card.frame(now), entry.first_seq));
+            }
+            return frames;
+        }
+        let Some(closed) = body.closed.clone() else {
+            return frames; // open in the journal, gone here: expired at restore, told apart
+        };
+        if entry.first_seq > after {
+            let mut opened = body;
+            opened.closed = None;
+            frames.push(with_seq(card_frame_json(&opened), entry.first_seq));
+        }
+        let done = Closed {
+            option_id: closed.option_id,
+            expired: closed.expired,
+        };
+        frames.push(with_seq(done.frame(&entry.key[2..]), entry.seq));
+        frames
+    }
+
+    pub(super) fn on_history(&mut self, conn: ConnId, device: &DeviceId, id: &str, before: Option<u64>, limit: usize) {
+        if !self.history_on() {
+            let r = Rejection::new(ErrorCode::UnsupportedFrame, "history is off on this gateway");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        }
+        let read = Read::Before {
+            device: device.clone(),
+            before,
+            limit,
+        };
+        self.read(
+            read,
+            PendingRead::History {
+                conn,
+                id: id.to_owned(),
+            },
+        );
+    }
+
+    fn answer_history(&mut self, now: Time, conn: ConnId, id: &str, result: Result<ReadResult, String>) {
+        if !self.conns.contains_key(&conn) {
+            return;
+        }
+        let page = match result {
+            Ok(page) => page,
+            Err(e) => {
+                log::warn!("{conn:?}: the journal could not be read for history: {e}");
+                let r = Rejection::new(ErrorCode::InternalError, "history could not be read");
+                return self.send_error(conn, &r.with_id(Some(id)), false);
+            }
+        };
+        let items: Vec<String> = page.entries.iter().filter_map(|e| self.history_item(now, e)).collect();
+        let raw: Vec<Box<serde_json::value::RawValue>> = items
+            .into_iter()
+            .filter_map(|i| serde_json::value::RawValue::from_string(i).ok())
+            .collect();
+        let frame = encode(
+            "history",
+            &HistoryPage {
+                id: Cow::Borrowed(id),
+                items: raw.iter().map(|r| r.as_ref()).collect(),
+                more: page.more,
+            },
+        );
+        self.send(conn, frame);
+    }
+
+    /// One entry as a `history` item: the frame a client would get, whole, with its seq
+    /// (L59). An open card says the seconds it has left; a file carries no data.
+    fn history_item(&self, now: Time, entry: &Entry) -> Option<String> {
+        let mut body = Body::parse(&entry.body)?;
+        body.edit = false;
+        let json = match body.t.as_str() {
+            "prompt" => match self.prompts.get(&body.id) {
+                Some(card) => card.frame(now),
+                None => card_frame_json(&body),
+            },
+            _ => body.to_json(),
+        };
+        Some(with_seq(json, entry.seq))
+    }
+
+    /// `forget` (issue 24 §3): the device's entries, its hold and its push subscriptions go;
+    /// its open cards, dedup window and seq stay. `forgotten` once that is on disk.
+    pub(super) fn on_forget(&mut self, conn: ConnId, device: &DeviceId, id: &str) {
+        if let Some(d) = self.devices.get_mut(device) {
+            d.hold.take();
+            d.hold_slot = None;
+        }
+        if self.push.unsubscribe(device) {
+            self.outputs.push_back(super::Output::PushChanged);
+        }
+        log::info!("device {device:?}: forgot its journal, hold and push subscriptions (forget)");
+        if !self.journal_on() {
+            let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
+            return self.send(conn, frame);
+        }
+        self.keep(Record::Forget { device: device.clone() });
+        self.confirm(Waiting::Forgotten {
+            conn,
+            id: id.to_owned(),
+        });
+    }
+}
+
+/// A stored file's metadata and (held) bytes as an outgoing file.
+fn file_of(body: &Body, blob: Option<Vec<u8>>) -> Option<OutgoingFile> {
+    Some(OutgoingFile {
+        kind: DownloadKind::parse(body.kind.as_deref()?).unwrap_or(DownloadKind::Document),
+        mime: body.mime.clone().unwrap_or_default(),
+        filename: body.filename.clone().unwrap_or_default(),
+        caption: body.caption.clone(),
+        data: blob.unwrap_or_default(),
+        reply_to: body.reply_to.clone(),
+    })
+}
+
+/// A `media` frame for a file whose bytes are not kept with the entry: one part, no data.
+fn media_without_data(body: &Body) -> String {
+    let mut b = body.clone();
+    b.edit = false;
+    let mut json = b.to_json();
+    json.pop();
+    json.push_str(r#","part":0,"parts":1,"final":true}"#);
+    json
+}
+
+/// A closed card's `prompt` frame as kept: no time left.
+fn card_frame_json(body: &Body) -> String {
+    let mut json = body.to_json();
+    json.pop();
+    json.push_str(r#","timeout_seconds":0}"#);
+    json
+}

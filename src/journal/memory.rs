@@ -1,0 +1,168 @@
+//! A journal in memory with the store's semantics (records in order, reads that see every
+//! record before them, commits that make them durable), for tests, fuzzing and the
+//! in-memory driver: a crash keeps exactly what was committed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::{DedupRow, Entry, Read, ReadResult, Record, Snapshot, Window};
+use crate::ids::DeviceId;
+
+#[derive(Debug, Clone, Default)]
+struct State {
+    entries: BTreeMap<(DeviceId, String), Entry>,
+    reserved: HashMap<DeviceId, u64>,
+    dedup: BTreeMap<(u8, DeviceId, String), DedupRow>,
+}
+
+#[derive(Debug, Default)]
+pub struct MemoryJournal {
+    /// Every record applied: what reads see.
+    working: State,
+    /// What the last commit made durable: what a crash keeps.
+    durable: State,
+    /// The highest `Confirm` ticket applied since the last commit.
+    unconfirmed: Option<u64>,
+    /// `MOBILE_HISTORY=off`: entries neither held nor open go once committed.
+    pub history_off: bool,
+    /// Commits so far.
+    pub commits: usize,
+    /// Records applied since the last commit.
+    pending: usize,
+}
+
+fn window_tag(w: Window) -> u8 {
+    match w {
+        Window::Seen => 0,
+        Window::Delivered => 1,
+    }
+}
+
+impl MemoryJournal {
+    pub fn new(history: bool) -> MemoryJournal {
+        MemoryJournal {
+            history_off: !history,
+            ..MemoryJournal::default()
+        }
+    }
+
+    pub fn apply(&mut self, record: Record) {
+        self.pending += 1;
+        let s = &mut self.working;
+        match record {
+            Record::Put(entry) => {
+                let reserved = s.reserved.entry(entry.device.clone()).or_default();
+                *reserved = (*reserved).max(entry.seq);
+                s.entries.insert((entry.device.clone(), entry.key.clone()), entry);
+            }
+            Record::Sent { device, keys } => {
+                for key in keys {
+                    if let Some(e) = s.entries.get_mut(&(device.clone(), key)) {
+                        e.held = false;
+                        e.blob = None;
+                    }
+                }
+            }
+            Record::Reserve { device, upto } => {
+                let reserved = s.reserved.entry(device).or_default();
+                *reserved = (*reserved).max(upto);
+            }
+            Record::Dedup {
+                window,
+                device,
+                id,
+                at,
+                value,
+            } => {
+                let row = DedupRow {
+                    window,
+                    device: device.clone(),
+                    id: id.clone(),
+                    at,
+                    value,
+                };
+                s.dedup.insert((window_tag(window), device, id), row);
+            }
+            Record::Forget { device } => s.entries.retain(|(d, _), e| *d != device || e.open),
+            Record::Confirm { ticket } => self.unconfirmed = Some(ticket),
+        }
+        if self.history_off {
+            self.working.entries.retain(|_, e| e.held || e.open);
+        }
+    }
+
+    /// Makes everything applied durable; the highest ticket it confirms.
+    pub fn commit(&mut self) -> Option<u64> {
+        self.durable = self.working.clone();
+        self.commits += 1;
+        self.pending = 0;
+        self.unconfirmed.take()
+    }
+
+    /// Records wait for a commit.
+    pub fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+
+    /// Loses what was not committed, as a crash would.
+    pub fn crash(&mut self) {
+        self.working = self.durable.clone();
+        self.unconfirmed = None;
+        self.pending = 0;
+    }
+
+    pub fn read(&self, read: &Read) -> ReadResult {
+        let s = &self.working;
+        let of = |device: &DeviceId| -> Vec<Entry> {
+            let mut v: Vec<Entry> = s.entries.values().filter(|e| &e.device == device).cloned().collect();
+            v.sort_by_key(|e| e.seq);
+            v
+        };
+        match read {
+            Read::After { device, after } => ReadResult {
+                entries: of(device).into_iter().filter(|e| e.seq > *after).collect(),
+                more: false,
+            },
+            Read::Before { device, before, limit } => {
+                let mut v: Vec<Entry> = of(device)
+                    .into_iter()
+                    .filter(|e| before.is_none_or(|b| e.seq < b))
+                    .collect();
+                let more = v.len() > *limit;
+                let v = v.split_off(v.len().saturating_sub(*limit));
+                ReadResult { entries: v, more }
+            }
+        }
+    }
+
+    /// What a restart reads: the durable state.
+    pub fn snapshot(&self) -> Snapshot {
+        let s = &self.durable;
+        let mut seqs: BTreeMap<DeviceId, u64> = s.reserved.iter().map(|(d, n)| (d.clone(), *n)).collect();
+        for e in s.entries.values() {
+            let n = seqs.entry(e.device.clone()).or_default();
+            *n = (*n).max(e.seq);
+        }
+        let mut held: Vec<Entry> = s.entries.values().filter(|e| e.held).cloned().collect();
+        held.sort_by_key(|e| e.seq);
+        let mut open_cards: Vec<Entry> = s.entries.values().filter(|e| e.open).cloned().collect();
+        open_cards.sort_by_key(|e| e.seq);
+        let mut dedup: Vec<DedupRow> = s.dedup.values().cloned().collect();
+        dedup.sort_by_key(|r| r.at);
+        Snapshot {
+            seqs: seqs.into_iter().collect(),
+            seq_floor: 0,
+            held,
+            open_cards,
+            dedup,
+        }
+    }
+
+    /// Every entry of a device, in seq order (what `hermes-mobile history` prints).
+    pub fn entries(&self, device: &DeviceId) -> Vec<Entry> {
+        self.read(&Read::After {
+            device: device.clone(),
+            after: 0,
+        })
+        .entries
+    }
+}

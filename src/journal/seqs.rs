@@ -1,0 +1,204 @@
+//! Per-device sequence numbers (issue 24, L57): handed out in order, never twice, not even
+//! after a crash. Seqs are reserved on disk in blocks ahead of use; a frame may carry a seq
+//! only once its block is on disk, so a seq a phone saw is never handed out again.
+
+use std::collections::HashMap;
+
+use crate::ids::DeviceId;
+
+/// Seqs reserved at a time.
+pub const BLOCK: u64 = 1000;
+/// A new block is asked for when fewer than this many reserved seqs are left.
+const REFILL_BELOW: u64 = 500;
+/// Devices whose seqs are remembered; past it, the least recently used is dropped and the
+/// floor rises to its reservation (a device the journal no longer knows starts above it).
+pub const MAX_SEQ_DEVICES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Range {
+    /// The latest seq handed out.
+    last: u64,
+    /// Seqs up to this are reserved on disk: frames may carry them.
+    safe: u64,
+    /// Seqs up to this were asked for (safe once committed).
+    asked: u64,
+    /// For least-recently-used eviction.
+    used: u64,
+}
+
+/// A seq just handed out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Next {
+    pub seq: u64,
+    /// Ask the store to reserve up to this (then tell [`Seqs::reserved`]).
+    pub reserve: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Seqs {
+    devices: HashMap<DeviceId, Range>,
+    floor: u64,
+    clock: u64,
+}
+
+impl Seqs {
+    /// From the journal at start-up: each device's latest seq (used or reserved), with
+    /// `ahead` more already reserved by the server before the loop started.
+    pub fn restore(&mut self, rows: &[(DeviceId, u64)], floor: u64, ahead: u64) {
+        self.floor = self.floor.max(floor);
+        for (device, last) in rows {
+            self.clock += 1;
+            let safe = last.saturating_add(ahead);
+            let range = Range {
+                last: *last,
+                safe,
+                asked: safe,
+                used: self.clock,
+            };
+            self.devices.insert(device.clone(), range);
+        }
+        while self.devices.len() > MAX_SEQ_DEVICES {
+            self.evict_one();
+        }
+    }
+
+    /// The device's latest seq, 0 when it has none (L57: `ready.seq`).
+    pub fn latest(&self, device: &DeviceId) -> u64 {
+        self.devices.get(device).map_or(0, |r| r.last)
+    }
+
+    /// Whether every seq handed out to the device is reserved on disk.
+    pub fn is_safe(&self, device: &DeviceId) -> bool {
+        self.devices.get(device).is_none_or(|r| r.last <= r.safe)
+    }
+
+    /// Asks for a block if the device is short of reserved seqs (a hello reserves ahead).
+    pub fn top_up(&mut self, device: &DeviceId) -> Option<u64> {
+        let range = self.range(device);
+        Self::refill(range)
+    }
+
+    fn refill(range: &mut Range) -> Option<u64> {
+        if range.asked.saturating_sub(range.last) >= REFILL_BELOW {
+            return None;
+        }
+        range.asked = range.last.saturating_add(BLOCK);
+        Some(range.asked)
+    }
+
+    /// The device's next seq.
+    pub fn next(&mut self, device: &DeviceId) -> Next {
+        let range = self.range(device);
+        range.last += 1;
+        let seq = range.last;
+        Next {
+            seq,
+            reserve: Self::refill(range),
+        }
+    }
+
+    /// The store committed a reservation up to `upto`.
+    pub fn reserved(&mut self, device: &DeviceId, upto: u64) {
+        if let Some(r) = self.devices.get_mut(device) {
+            r.safe = r.safe.max(upto);
+        }
+    }
+
+    /// A reservation failed: ask again at the next seq.
+    pub fn reserve_failed(&mut self, device: &DeviceId) {
+        if let Some(r) = self.devices.get_mut(device) {
+            r.asked = r.safe;
+        }
+    }
+
+    fn range(&mut self, device: &DeviceId) -> &mut Range {
+        self.clock += 1;
+        if !self.devices.contains_key(device) && self.devices.len() >= MAX_SEQ_DEVICES {
+            self.evict_one();
+        }
+        let (floor, clock) = (self.floor, self.clock);
+        let range = self.devices.entry(device.clone()).or_insert(Range {
+            last: floor,
+            safe: floor,
+            asked: floor,
+            used: clock,
+        });
+        range.used = clock;
+        range
+    }
+
+    fn evict_one(&mut self) {
+        let Some((device, range)) = self
+            .devices
+            .iter()
+            .min_by_key(|(_, r)| r.used)
+            .map(|(d, r)| (d.clone(), *r))
+        else {
+            return;
+        };
+        self.devices.remove(&device);
+        self.floor = self.floor.max(range.asked).max(range.last);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dev(s: &str) -> DeviceId {
+        DeviceId(s.into())
+    }
+
+    #[test]
+    fn a_new_device_starts_at_one_and_is_safe_once_reserved() {
+        // L57: seqs start at 1; a frame carries one only once its block is on disk.
+        let mut s = Seqs::default();
+        assert_eq!(s.latest(&dev("a")), 0);
+        assert_eq!(s.top_up(&dev("a")), Some(BLOCK));
+        let n = s.next(&dev("a"));
+        assert_eq!(n, Next { seq: 1, reserve: None });
+        assert!(!s.is_safe(&dev("a")));
+        s.reserved(&dev("a"), BLOCK);
+        assert!(s.is_safe(&dev("a")));
+    }
+
+    #[test]
+    fn blocks_are_asked_for_before_they_run_out() {
+        let mut s = Seqs::default();
+        s.restore(&[(dev("a"), 10)], 0, BLOCK);
+        let mut asked = Vec::new();
+        for _ in 0..BLOCK {
+            if let Some(upto) = s.next(&dev("a")).reserve {
+                asked.push(upto);
+                s.reserved(&dev("a"), upto);
+            }
+        }
+        assert_eq!(asked, vec![10 + 501 + BLOCK]);
+        assert!(s.is_safe(&dev("a")), "never ran past the reservation");
+    }
+
+    #[test]
+    fn restored_devices_go_on_after_their_reservation() {
+        // A crash may have lost seqs handed out up to the reservation: never reuse them.
+        let mut s = Seqs::default();
+        s.restore(&[(dev("a"), 1500)], 0, BLOCK);
+        assert_eq!(s.latest(&dev("a")), 1500);
+        assert_eq!(s.next(&dev("a")).seq, 1501);
+        assert!(s.is_safe(&dev("a")));
+    }
+
+    #[test]
+    fn an_evicted_device_raises_the_floor() {
+        let mut s = Seqs::default();
+        for i in 0..MAX_SEQ_DEVICES {
+            s.next(&dev(&format!("d{i}")));
+        }
+        for _ in 0..5 {
+            s.next(&dev("d1"));
+        }
+        s.next(&dev("new"));
+        assert_eq!(s.latest(&dev("d0")), 0, "the least recently used went");
+        let back = s.next(&dev("d0")).seq;
+        assert!(back > BLOCK, "starts above every seq it may have had: {back}");
+    }
+}
