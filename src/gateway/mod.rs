@@ -6,6 +6,8 @@
 //! `poll_timeout` and call `handle_timeout`. `handle_timeout` may be called early or twice:
 //! it only acts on what is really due.
 
+mod deliver;
+mod device;
 mod inbound;
 mod journal;
 mod outbound;
@@ -13,14 +15,13 @@ mod push;
 mod resume;
 mod timers;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 
-use crate::agent::{AgentEvent, UserInfo};
+use crate::agent::AgentEvent;
 use crate::auth::Role;
 use crate::config::Config;
 use crate::dedup::Dedup;
-use crate::hold::Hold;
-use crate::ids::{ConnId, DeviceId, IdGen, MessageId};
+use crate::ids::{ConnId, DeviceId, IdGen};
 use crate::limits::{CLOSE_POLICY, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY, MAX_KNOWN_DEVICES};
 use crate::prompts::Prompts;
 use crate::time::Time;
@@ -28,6 +29,9 @@ use crate::uploads::Uploads;
 use crate::wire::server::{encode, ErrorFrame};
 use crate::wire::Rejection;
 
+pub(crate) use device::AvatarState;
+use device::Device;
+use device::MAX_STREAMS_PER_DEVICE;
 use timers::{claim, TimerKey, Timers};
 
 /// What the driver knows about a connection's peer when it is accepted.
@@ -114,117 +118,8 @@ struct Conn {
     resumed: bool,
 }
 
-/// Avatar states (protocol-v1.md "Connection lifecycle and avatar states").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AvatarState {
-    Idle,
-    Thinking,
-    Speaking,
-}
-
-impl AvatarState {
-    /// Anything else is `idle` (M3).
-    fn parse(s: &str) -> AvatarState {
-        match &*crate::text::lower(s.trim()) {
-            "thinking" => AvatarState::Thinking,
-            "speaking" => AvatarState::Speaking,
-            _ => AvatarState::Idle,
-        }
-    }
-
-    fn as_str(self) -> &'static str {
-        match self {
-            AvatarState::Idle => "idle",
-            AvatarState::Thinking => "thinking",
-            AvatarState::Speaking => "speaking",
-        }
-    }
-}
-
 /// The timer heap is never swept below this many entries.
 const TIMERS_COMPACT_MIN: usize = 1024;
-
-/// Replies being streamed to a device: whether the phone has seen a version of each.
-const MAX_STREAMS_PER_DEVICE: usize = 64;
-/// Recently finished reply ids remembered per device, to refuse edits after `done` (M2).
-const FINISHED_MEMORY: usize = 256;
-
-/// The last `FINISHED_MEMORY` finished reply ids: a set to ask, a queue to forget in order.
-#[derive(Debug, Default)]
-struct RecentIds {
-    order: VecDeque<MessageId>,
-    set: HashSet<MessageId>,
-}
-
-impl RecentIds {
-    fn contains(&self, id: &MessageId) -> bool {
-        self.set.contains(id)
-    }
-
-    fn push(&mut self, id: MessageId) {
-        if self.order.len() >= FINISHED_MEMORY {
-            if let Some(old) = self.order.pop_front() {
-                self.set.remove(&old);
-            }
-        }
-        if self.set.insert(id.clone()) {
-            self.order.push_back(id);
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Device {
-    conn: Option<ConnId>,
-    name: String,
-    user: UserInfo,
-    avatar: AvatarState,
-    idle_at: Option<Time>,
-    idle_slot: Option<Time>,
-    streams: HashMap<MessageId, bool>,
-    finished: RecentIds,
-    /// Replies streaming, as the journal has them: (first seq, latest seq, kept at).
-    journaled: HashMap<MessageId, (u64, u64, Time)>,
-    hold: Hold,
-    hold_slot: Option<Time>,
-    /// Until when its reply bookkeeping (`streams`, `finished`) must outlive a disconnect,
-    /// so that a reply streamed across a reconnect stays one bubble (M2, issue 8 #5).
-    retain_until: Option<Time>,
-    forget_slot: Option<Time>,
-    /// The last hello or agent output, to evict the longest-idle device first (L32).
-    last_active: Time,
-}
-
-impl Device {
-    fn new() -> Device {
-        Device {
-            conn: None,
-            name: String::new(),
-            user: UserInfo::default(),
-            avatar: AvatarState::Idle,
-            idle_at: None,
-            idle_slot: None,
-            streams: HashMap::new(),
-            finished: RecentIds::default(),
-            journaled: HashMap::new(),
-            hold: Hold::default(),
-            hold_slot: None,
-            retain_until: None,
-            forget_slot: None,
-            last_active: Time::ZERO,
-        }
-    }
-
-    /// Nothing waits for this device: it may be forgotten. Its reply bookkeeping is kept for
-    /// the hold window after its last reply, then goes with it; a later version of such a
-    /// reply is sent as a first version (`edit:false`).
-    fn is_forgettable(&self, now: Time) -> bool {
-        self.conn.is_none()
-            && self.hold.is_empty()
-            && self.idle_at.is_none()
-            && self.retain_until.is_none_or(|t| t <= now)
-    }
-}
 
 /// The Protocol v1 state machine. See the module docs for the run-loop rule.
 #[derive(Debug)]
