@@ -17,12 +17,11 @@ use crate::wire::{DownloadKind, ErrorCode, Rejection};
 
 impl Gateway {
     /// Restores what the journal kept (before any input): seqs, held output, open cards and
-    /// the idempotency windows. `ahead` seqs per device were reserved by the driver before
-    /// the loop started. Entries this build cannot read are skipped and logged.
-    pub fn restore(&mut self, now: Time, snapshot: Snapshot, ahead: u64) {
+    /// the idempotency windows. Entries this build cannot read are skipped and logged.
+    pub fn restore(&mut self, now: Time, snapshot: Snapshot) {
         self.now = self.now.max(now);
         let Some(j) = self.journal.as_mut() else { return };
-        j.seqs.restore(&snapshot.seqs, snapshot.seq_floor, ahead);
+        j.seqs.restore(&snapshot.seqs, snapshot.seq_floor);
         let mut skipped = 0;
         for entry in snapshot.held {
             skipped += usize::from(!self.restore_held(now, entry));

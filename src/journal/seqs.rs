@@ -42,17 +42,17 @@ pub struct Seqs {
 }
 
 impl Seqs {
-    /// From the journal at start-up: each device's latest seq (used or reserved), with
-    /// `ahead` more already reserved by the server before the loop started.
-    pub fn restore(&mut self, rows: &[(DeviceId, u64)], floor: u64, ahead: u64) {
+    /// From the journal at start-up: each device's latest seq, used or reserved. A crash
+    /// may have lost seqs handed out up to the reservation, so each goes on above it; its
+    /// next frames wait for a new block (asked for at its `hello`).
+    pub fn restore(&mut self, rows: &[(DeviceId, u64)], floor: u64) {
         self.floor = self.floor.max(floor);
         for (device, last) in rows {
             self.clock += 1;
-            let safe = last.saturating_add(ahead);
             let range = Range {
                 last: *last,
-                safe,
-                asked: safe,
+                safe: *last,
+                asked: *last,
                 used: self.clock,
             };
             self.devices.insert(device.clone(), range);
@@ -165,7 +165,9 @@ mod tests {
     #[test]
     fn blocks_are_asked_for_before_they_run_out() {
         let mut s = Seqs::default();
-        s.restore(&[(dev("a"), 10)], 0, BLOCK);
+        s.restore(&[(dev("a"), 10)], 0);
+        assert_eq!(s.top_up(&dev("a")), Some(10 + BLOCK), "a hello asks for a block");
+        s.reserved(&dev("a"), 10 + BLOCK);
         let mut asked = Vec::new();
         for _ in 0..BLOCK {
             if let Some(upto) = s.next(&dev("a")).reserve {
@@ -181,10 +183,17 @@ mod tests {
     fn restored_devices_go_on_after_their_reservation() {
         // A crash may have lost seqs handed out up to the reservation: never reuse them.
         let mut s = Seqs::default();
-        s.restore(&[(dev("a"), 1500)], 0, BLOCK);
+        s.restore(&[(dev("a"), 1500)], 0);
         assert_eq!(s.latest(&dev("a")), 1500);
-        assert_eq!(s.next(&dev("a")).seq, 1501);
-        assert!(s.is_safe(&dev("a")));
+        let next = s.next(&dev("a"));
+        assert_eq!(
+            next,
+            Next {
+                seq: 1501,
+                reserve: Some(1500 + BLOCK + 1)
+            }
+        );
+        assert!(!s.is_safe(&dev("a")), "its frames wait for the new block");
     }
 
     #[test]

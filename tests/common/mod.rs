@@ -93,20 +93,11 @@ impl Harness {
             journal.commit();
         }
         let snapshot = journal.snapshot();
-        // The server reserves a block ahead for every device before the loop starts.
-        let ahead = hermes_mobile::journal::seqs::BLOCK;
-        for (device, n) in &snapshot.seqs {
-            journal.apply(hermes_mobile::journal::Record::Reserve {
-                device: device.clone(),
-                upto: n + ahead,
-            });
-        }
-        journal.commit();
         let config = self.gw.config().clone();
         let push = self.gw.push_snapshot();
         self.gw = Gateway::new(config);
         self.gw.restore_push(&push).expect("the push snapshot reads back");
-        self.gw.restore(self.now, snapshot, ahead);
+        self.gw.restore(self.now, snapshot);
         self.sent.clear();
         self.closed.clear();
         self.pump();
