@@ -6,7 +6,7 @@ export {};
 
 /**
  * hermes-mobile Protocol v1 frame
- * Any frame of Protocol v1 as hermes-mobile speaks it, in either direction: one JSON object per WebSocket message, its type in t. The root takes a frame of either direction (one entry per t; media, prompt and typing exist both ways); $defs/ClientFrame and $defs/ServerFrame take one direction. Frames are described as a client should send them: t, kind, format and option_id in lower case (the gateway also lower-cases them, decisions G2), ids of at most 128 characters (it cuts longer ones, G8). Unknown fields are allowed (G5: ignored), so newer gateways and clients stay compatible. References: protocol-v1.md, decisions.md, docs/decisions-local.md, docs/push.md.
+ * Any frame of Protocol v1 as hermes-mobile speaks it, in either direction: one JSON object per WebSocket message, its type in t. The root takes a frame of either direction (one entry per t; media, prompt, typing and history exist both ways); $defs/ClientFrame and $defs/ServerFrame take one direction. Frames are described as a client should send them: t, kind, format and option_id in lower case (the gateway also lower-cases them, decisions G2), ids of at most 128 characters (it cuts longer ones, G8). Unknown fields are allowed (G5: ignored), so newer gateways and clients stay compatible. References: protocol-v1.md, decisions.md, docs/decisions-local.md, docs/push.md; the journal's frames and fields (resume, seq, received, resumed, history, forget, forgotten): docs/decisions-local.md L56-L60.
  */
 export type Frame =
   | ClientHello
@@ -21,6 +21,8 @@ export type Frame =
   | ClientPushSubscribe
   | ClientPushUnsubscribe
   | ClientPushTest
+  | AnyHistory
+  | ClientForget
   | ServerReady
   | ServerMessage
   | ServerPromptDone
@@ -30,7 +32,10 @@ export type Frame =
   | ServerDelivered
   | ServerPushSubscribed
   | ServerPushUnsubscribed
-  | ServerPushSent;
+  | ServerPushSent
+  | ServerReceived
+  | ServerResumed
+  | ServerForgotten;
 
 /** A frame a client (phone app or service) sends. */
 export type ClientFrame =
@@ -45,7 +50,9 @@ export type ClientFrame =
   | ClientDeliver
   | ClientPushSubscribe
   | ClientPushUnsubscribe
-  | ClientPushTest;
+  | ClientPushTest
+  | ClientHistory
+  | ClientForget;
 
 /** A frame the gateway sends to a client. */
 export type ServerFrame =
@@ -61,7 +68,11 @@ export type ServerFrame =
   | ServerDelivered
   | ServerPushSubscribed
   | ServerPushUnsubscribed
-  | ServerPushSent;
+  | ServerPushSent
+  | ServerReceived
+  | ServerResumed
+  | ServerHistory
+  | ServerForgotten;
 
 /** The first frame of a connection: the app token and who the device is. */
 export interface ClientHello {
@@ -82,6 +93,10 @@ export interface ClientHello {
   user?: {
     id?: Tag;
     name?: Tag;
+  };
+  /** Resume from the journal (L56, L58): the gateway replays every entry changed after `after`, in seq order, then sends resumed; the connection also gets received for its messages. A new client sends {"after": 0}; {} means after 0. A gateway without a journal ignores it. */
+  resume?: {
+    after?: SeqOrZero;
   };
 }
 
@@ -224,6 +239,27 @@ export interface ClientPushTest {
   id: Id;
 }
 
+/** Asks for a page of this device's journal (L59): the newest `limit` entries with a seq below `before` (the newest of all without it), answered by a history frame with the same id. Refused unsupported_frame (not fatal) when history is off. */
+export interface ClientHistory {
+  t: "history";
+  id: Id;
+  /** Only entries with a seq below this. */
+  before?: SeqOrZero;
+  /**
+   * At most this many entries (the gateway cuts a larger limit to 200).
+   * @minimum 1
+   * @maximum 200
+   * @default 50
+   */
+  limit?: number;
+}
+
+/** Deletes this device's journal entries (its open cards stay), what is held for it and its push subscriptions; answered forgotten once that is on disk (L60). Its seq and dedup window stay. */
+export interface ClientForget {
+  t: "forget";
+  id: Id;
+}
+
 /** The answer to hello. */
 export interface ServerReady {
   t: "ready";
@@ -236,6 +272,8 @@ export interface ServerReady {
   };
   avatar_url: string;
   capabilities: Capabilities;
+  /** The device's latest journal seq (0 for a device with no entries, L56). Absent without a journal, and on a service connection. */
+  seq?: SeqOrZero;
 }
 
 /** A part or version of the agent's message; parts share the id (M1), versions are edits (M2). */
@@ -251,6 +289,8 @@ export interface ServerMessage {
   };
   final: boolean;
   edit?: boolean;
+  /** The seq of this message version (all its chunks carry the same), once it is in the journal (L57). */
+  seq?: Seq;
 }
 
 /** One part of a file from the agent; parts share the id. */
@@ -281,6 +321,8 @@ export interface ServerMedia {
   data?: Base64;
   url?: string;
   reply_to?: Id;
+  /** The file's seq, once it is in the journal (L57). */
+  seq?: Seq;
 }
 
 /** A card: answer it with a client prompt frame. */
@@ -303,6 +345,8 @@ export interface ServerPrompt {
   timeout_seconds: number;
   /** true when text, command, description or an option's label holds a hidden character (Unicode Cf, Zl, Zp, or a control other than TAB and LF: bidi overrides, zero-width characters). Show such a card with each of them made visible (for example as ⟨U+202E⟩) and a warning; the answer is unchanged. Absent means false (older gateways; a client checks the text itself as well). */
   hidden_chars?: boolean;
+  /** The seq of the card's opening (L57). */
+  seq?: Seq;
 }
 
 /** A card is closed: answered (option_id) or expired. */
@@ -311,6 +355,8 @@ export interface ServerPromptDone {
   id: EchoedId;
   option_id?: string;
   expired?: boolean;
+  /** The seq of the card's closing, greater than its prompt's (L57). */
+  seq?: Seq;
 }
 
 /** The avatar's state. */
@@ -367,12 +413,148 @@ export interface ServerPushSent {
   id: EchoedId;
 }
 
+/** The message with this id (text, audio, or a finished media upload) is committed to the journal at seq (L58); again, with the same seq, for a duplicate. Only on a connection whose hello carried resume. */
+export interface ServerReceived {
+  t: "received";
+  id: Id;
+  seq: Seq;
+}
+
+/** The replay after hello.resume is over (L58): seq is the device's latest; live frames follow. */
+export interface ServerResumed {
+  t: "resumed";
+  seq: SeqOrZero;
+}
+
+/** The answer to a history frame with this id (L59): entries oldest first, one item each; more is true when older entries remain (ask again with before set to the first item's seq). */
+export interface ServerHistory {
+  t: "history";
+  id: EchoedId;
+  /** @maxItems 200 */
+  items: HistoryItem[];
+  more: boolean;
+}
+
+/** The answer to forget with this id (L60). */
+export interface ServerForgotten {
+  t: "forgotten";
+  id: EchoedId;
+}
+
+/** One journal entry in a history answer, whole, with the seq of its latest change (L59): the agent's message, the person's own text, voice note or file (from: user), a file from the agent, or a card. */
+export type HistoryItem =
+  | HistoryMessage
+  | HistoryUserText
+  | HistoryUserAudio
+  | HistoryUserMedia
+  | HistoryMedia
+  | HistoryPrompt;
+
+/** The agent's message (or a delivered text) at its latest version, whole: no chunk. */
+export interface HistoryMessage {
+  t: "message";
+  from?: never;
+  id: Id;
+  text: Text;
+  final: boolean;
+  seq: Seq;
+}
+
+/** A text message the person sent. */
+export interface HistoryUserText {
+  t: "text";
+  from: "user";
+  id: Id;
+  text: Text;
+  seq: Seq;
+}
+
+/** A voice note the person sent: its metadata, no data. */
+export interface HistoryUserAudio {
+  t: "audio";
+  from: "user";
+  id: Id;
+  format: "wav" | "ogg";
+  /**
+   * The recording's size in bytes.
+   * @minimum 0
+   */
+  size: number;
+  /** Text recognized on the device, if it sent any. */
+  text?: Text;
+  seq: Seq;
+}
+
+/** A file the person sent: its metadata, no data. */
+export interface HistoryUserMedia {
+  t: "media";
+  from: "user";
+  id: Id;
+  kind: UploadKind;
+  mime: string;
+  filename: Filename;
+  /**
+   * The file's size in bytes.
+   * @minimum 0
+   * @maximum 8388608
+   */
+  size: number;
+  caption?: Text;
+  /** Where the gateway still keeps the bytes (a /files/... path on the gateway): fetch it with Authorization: Bearer <the device's token>. Absent once they are gone. */
+  url?: string;
+  seq: Seq;
+}
+
+/** A file from the agent (or a delivery): its metadata, no data; url while the gateway keeps the bytes. */
+export interface HistoryMedia {
+  t: "media";
+  from?: never;
+  id: Id;
+  kind: DownloadKind;
+  mime: string;
+  filename: Filename;
+  /**
+   * The file's size in bytes.
+   * @minimum 0
+   * @maximum 8388608
+   */
+  size: number;
+  caption?: Text;
+  /** Where the gateway still keeps the bytes (a /files/... path on the gateway): fetch it with Authorization: Bearer <the device's token>. Absent once they are gone. */
+  url?: string;
+  seq: Seq;
+  reply_to?: Id;
+}
+
+/** A card as its prompt frame, with the seq of its latest change: an open one with the seconds it has left, a closed one with timeout_seconds 0 and closed. */
+export type HistoryPrompt = ServerPrompt & {
+  from?: never;
+  seq: Seq;
+  /** How the card closed: the option applied, or expired. */
+  closed?: {
+    option_id?: string;
+    expired?: boolean;
+  };
+};
+
 /**
  * An identifier chosen by its sender: at most 128 characters (Unicode scalar values, decisions G1); the gateway cuts a longer one (G8).
  * @minLength 1
  * @maxLength 128
  */
 export type Id = string;
+
+/**
+ * A journal sequence number (issue 24, L57): per device, from 1, growing with each change the journal keeps, never reused (not even after a crash). All chunks of one message version carry the same seq. A client keeps the highest seq it has seen and sends it back in hello.resume.after.
+ * @minimum 1
+ */
+export type Seq = number;
+
+/**
+ * A seq, or 0 for none yet (a device with no journal entries, L56).
+ * @minimum 0
+ */
+export type SeqOrZero = number;
 
 /**
  * The id of the client frame answered, as the gateway kept it (cut to 128 characters, G8; possibly empty if the client sent it empty).
@@ -446,6 +628,19 @@ export interface Capabilities {
       vapid_public_key: Base64Url;
     };
   };
+  /** Present when the gateway keeps history (MOBILE_HISTORY on, L56): the history frame may be sent. More keys may come. */
+  history?: {
+    /**
+     * Entries kept per device (MOBILE_HISTORY_ITEMS).
+     * @minimum 0
+     */
+    items: number;
+    /**
+     * Days an entry is kept (MOBILE_HISTORY_DAYS).
+     * @minimum 0
+     */
+    days: number;
+  };
 }
 
 /** A media frame of either direction. */
@@ -456,6 +651,9 @@ export type AnyPrompt = ClientPrompt | ServerPrompt;
 
 /** A typing frame of either direction. */
 export type AnyTyping = ClientTyping | ServerTyping;
+
+/** A history frame of either direction: the request or its answer. */
+export type AnyHistory = ClientHistory | ServerHistory;
 
 /** The frames the client sends, by their `t`. */
 export interface ClientFrameMap {
@@ -471,6 +669,8 @@ export interface ClientFrameMap {
   push_subscribe: ClientPushSubscribe;
   push_unsubscribe: ClientPushUnsubscribe;
   push_test: ClientPushTest;
+  history: ClientHistory;
+  forget: ClientForget;
 }
 
 /** The `t` of a frame the client sends. */
@@ -491,6 +691,10 @@ export interface ServerFrameMap {
   push_subscribed: ServerPushSubscribed;
   push_unsubscribed: ServerPushUnsubscribed;
   push_sent: ServerPushSent;
+  received: ServerReceived;
+  resumed: ServerResumed;
+  history: ServerHistory;
+  forgotten: ServerForgotten;
 }
 
 /** The `t` of a frame the gateway sends. */
