@@ -11,6 +11,7 @@ pub mod fileio;
 pub mod hermes;
 pub mod http;
 pub mod http_client;
+pub mod journal;
 pub mod memory;
 pub mod pair;
 pub mod push;

@@ -1,0 +1,176 @@
+//! The journal's store (issue 24): the core's records carried out in SQLite.
+//!
+//! The core decides what is kept and what a device is owed ([`hermes_mobile::journal`]);
+//! this module only writes its records and answers its reads, in the order they were sent.
+//! It never parses an entry's body.
+//!
+//! - [`Store::open`] runs before the event loop: it makes the file private (0600), refuses
+//!   a journal from a newer build without touching it, moves a damaged one aside, migrates,
+//!   trims, and reads the [`Snapshot`] the core restores from.
+//! - [`Store::start`] hands the connection to one thread, `journal`, as the file worker
+//!   does with file writes: the loop sends batches and reads, and drains [`Done`] values
+//!   with [`JournalWorker::poll`] after the `mio::Waker` fires. The loop never waits on disk.
+//! - Group commit: records go into one open transaction as they arrive, and it commits at
+//!   most once per 20 ms, so a burst costs one fsync instead of one per batch. A read is
+//!   served inside that transaction, so it sees every record sent before it.
+//! - An acknowledgement that promises durability waits for [`Done::Committed`]: the
+//!   commit is fsynced (`synchronous=FULL`) before it is reported.
+//!
+//! The file is one plain schema (`sqlite3 journal.sqlite3 .schema` shows it, with
+//! comments); times in it are unix milliseconds, converted from the core's [`Time`] with
+//! the [`Clock`] given at open.
+
+mod bounds;
+mod open;
+mod rows;
+mod schema;
+mod worker;
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod tests_bounds;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use hermes_mobile::ids::DeviceId;
+use hermes_mobile::journal::{Entry, Snapshot};
+use hermes_mobile::Time;
+use rusqlite::{Connection, OpenFlags};
+
+pub use worker::{Done, JournalWorker};
+
+/// Where the journal lives and what it keeps.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JournalSettings {
+    /// `<state dir>/journal.sqlite3`.
+    pub path: PathBuf,
+    /// Keep sent entries as history; when false only what is held and open cards stay.
+    pub history: bool,
+    /// At most this many entries per device (held entries and open cards are never dropped).
+    pub items: usize,
+    /// Entries older than this many days go (held entries and open cards stay).
+    pub days: u32,
+    /// How long an idempotency window's entry is kept.
+    pub dedup_window: Duration,
+}
+
+impl JournalSettings {
+    /// The defaults for a journal at `path`: history on, 5000 entries, 30 days, 600 s.
+    pub fn new(path: PathBuf) -> JournalSettings {
+        JournalSettings {
+            path,
+            history: true,
+            items: 5000,
+            days: 30,
+            dedup_window: Duration::from_secs(600),
+        }
+    }
+}
+
+/// Converts between the core's [`Time`] (milliseconds since this run's origin) and the
+/// unix milliseconds in the file. A time from before this run's origin reads back as
+/// [`Time::ZERO`]: the core only compares it with later times.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Clock {
+    pub origin_unix_ms: u64,
+}
+
+impl Clock {
+    pub fn unix_ms(self, t: Time) -> u64 {
+        self.origin_unix_ms.saturating_add(t.as_millis())
+    }
+
+    pub fn time(self, unix_ms: u64) -> Time {
+        Time::from_millis(unix_ms.saturating_sub(self.origin_unix_ms))
+    }
+}
+
+/// The result of [`Store::open`].
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // made once, at start-up
+pub enum Opened {
+    Ready {
+        store: Store,
+        snapshot: Snapshot,
+        /// The journal was damaged and a new one was started: log it (one line).
+        moved_aside: Option<MovedAside>,
+        /// The file and its WAL, in bytes.
+        bytes: u64,
+    },
+    /// No journal this run (a newer file, a read-only directory, a full disk…): one line
+    /// that says why, for the log. The gateway runs with history off.
+    Unavailable(String),
+}
+
+/// A damaged journal, renamed so that an owner can still look at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MovedAside {
+    pub to: PathBuf,
+    /// What was wrong with it (SQLite's words).
+    pub why: String,
+}
+
+impl fmt::Display for MovedAside {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the journal was damaged ({}); it was moved to {} and a new one started",
+            self.why,
+            self.to.display()
+        )
+    }
+}
+
+/// An open journal, not yet handed to its thread.
+#[derive(Debug)]
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    clock: Clock,
+    bounds: bounds::Bounds,
+    /// Group commit: at most one commit per this long. Tests lengthen it so that "these
+    /// batches share a commit" does not depend on how fast the machine is.
+    interval: Duration,
+}
+
+impl Store {
+    /// Where this store's file is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Every entry of `device`, in seq order, read through a read-only connection: the CLI's
+/// `history` while the gateway runs (WAL lets a reader in beside the writer). Times are
+/// unix milliseconds (a [`Clock`] with origin 0).
+pub fn read_device(path: &Path, device: &DeviceId) -> Result<Vec<Entry>, String> {
+    let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(failed)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
+    match schema::version(&conn).map_err(failed)? {
+        0 => Ok(Vec::new()), // created, never written
+        schema::VERSION => rows::device_entries(&conn, device, Clock { origin_unix_ms: 0 }).map_err(failed),
+        newer => Err(schema::newer_reason(path, newer)),
+    }
+}
+
+/// How long a statement waits for a lock held by another connection (the CLI reading, or
+/// a checkpoint) before it fails; only the journal thread waits, never the loop.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// `path` with `suffix` appended to its file name (`journal.sqlite3-wal`).
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}

@@ -1,0 +1,261 @@
+//! Opening the journal, before the event loop starts: a private file, a schema this build
+//! can read, a damaged file moved aside, bounds applied, the snapshot read.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use hermes_mobile::journal::Snapshot;
+use rusqlite::config::DbConfig;
+use rusqlite::{Connection, ErrorCode, OpenFlags};
+
+use super::bounds::Bounds;
+use super::rows::{self, Flag};
+use super::schema::{self, VERSION};
+use super::{now_unix_ms, sibling, Clock, JournalSettings, MovedAside, Opened, Store, BUSY_TIMEOUT};
+
+/// Group commit: at most one commit per this long.
+const GROUP_COMMIT: Duration = Duration::from_millis(20);
+/// The WAL is cut back to this after a checkpoint. It matches SQLite's auto-checkpoint
+/// (1000 pages of 4 KiB), so in steady use the file is reused as it is, and only a burst
+/// of big held files leaves it larger for a while.
+const WAL_SIZE_LIMIT: i64 = 4 * 1024 * 1024;
+
+/// Why an open failed.
+#[derive(Debug)]
+enum Failure {
+    /// Not a database, or a damaged one: moved aside and started anew.
+    Damaged(String),
+    /// Anything else: no journal this run.
+    Unavailable(String),
+}
+
+struct Ready {
+    store: Store,
+    snapshot: Snapshot,
+    bytes: u64,
+}
+
+impl Store {
+    /// Opens (or creates) the journal and reads what the core restores from. Synchronous:
+    /// call it before the loop starts.
+    pub fn open(settings: &JournalSettings, clock: Clock) -> Opened {
+        let ready = |r: Ready, moved_aside| Opened::Ready {
+            store: r.store,
+            snapshot: r.snapshot,
+            moved_aside,
+            bytes: r.bytes,
+        };
+        let why = match open_once(settings, clock) {
+            Ok(r) => return ready(r, None),
+            Err(Failure::Unavailable(why)) => return Opened::Unavailable(why),
+            Err(Failure::Damaged(why)) => why,
+        };
+        let path = &settings.path;
+        let to = match move_aside(path) {
+            Ok(to) => to,
+            Err(e) => {
+                return Opened::Unavailable(format!(
+                    "{} is damaged ({why}) and could not be moved aside: {e}",
+                    path.display()
+                ))
+            }
+        };
+        match open_once(settings, clock) {
+            Ok(r) => ready(r, Some(MovedAside { to, why })),
+            Err(Failure::Damaged(again) | Failure::Unavailable(again)) => Opened::Unavailable(again),
+        }
+    }
+}
+
+fn open_once(settings: &JournalSettings, clock: Clock) -> Result<Ready, Failure> {
+    let path = &settings.path;
+    prepare_file(path)?;
+    let conn = connect(path)?;
+    let mut bounds = Bounds::new(settings);
+    let now = now_unix_ms();
+    let snapshot = (|| {
+        let tx = conn.unchecked_transaction()?;
+        bounds.run_all(&tx, now, Instant::now())?;
+        tx.commit()?;
+        read_snapshot(&conn, clock, settings, now)
+    })()
+    .map_err(|e| classify(path, e))?;
+    let store = Store {
+        conn,
+        path: path.clone(),
+        clock,
+        bounds,
+        interval: GROUP_COMMIT,
+    };
+    Ok(Ready {
+        store,
+        snapshot,
+        bytes: size(path),
+    })
+}
+
+/// Before SQLite sees the file: a regular file (or none yet), not from a newer build,
+/// and owner-only, with its side files.
+fn prepare_file(path: &Path) -> Result<(), Failure> {
+    let io_failed = |e: io::Error| Failure::Unavailable(format!("{}: {e}", path.display()));
+    match fs::metadata(path) {
+        Ok(meta) if !meta.is_file() => {
+            return Err(Failure::Unavailable(format!("{}: not a regular file", path.display())))
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_failed(e)),
+    }
+    if let Some(newer) = schema::header_version(path)
+        .map_err(io_failed)?
+        .filter(|v| *v > VERSION)
+    {
+        return Err(Failure::Unavailable(schema::newer_reason(path, newer)));
+    }
+    make_private(path).map_err(io_failed)?;
+    // SQLite gives the WAL and its index the file's mode when it creates them; leftovers
+    // from before keep their own.
+    for side in ["-wal", "-shm"] {
+        tighten(&sibling(path, side)).map_err(io_failed)?;
+    }
+    Ok(())
+}
+
+/// Opens the file with SQLite, refuses a newer schema (one still in the WAL of a newer
+/// build that crashed), checks it, switches to WAL and migrates.
+fn connect(path: &Path) -> Result<Connection, Failure> {
+    let sql_failed = |e: rusqlite::Error| classify(path, e);
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(sql_failed)?;
+    // Until the version is known to be ours, closing must not fold a newer build's WAL
+    // into the file.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)
+        .map_err(sql_failed)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_failed)?;
+    // Every statement the worker runs stays prepared (about 16 of them).
+    conn.set_prepared_statement_cache_capacity(32);
+    let version = schema::version(&conn).map_err(sql_failed)?;
+    if version > VERSION {
+        return Err(Failure::Unavailable(schema::newer_reason(path, version)));
+    }
+    check(&conn, path)?;
+    if version == 0 {
+        schema::prepare_new(&conn).map_err(sql_failed)?;
+    }
+    configure(&conn, path)?;
+    schema::migrate(&conn, version).map_err(sql_failed)?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, false)
+        .map_err(sql_failed)?;
+    Ok(conn)
+}
+
+/// A damaged file is moved aside; anything else (a read-only directory, a full disk, a
+/// lock held elsewhere) leaves the file alone and the journal off.
+fn classify(path: &Path, e: rusqlite::Error) -> Failure {
+    match e.sqlite_error_code() {
+        Some(ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) => Failure::Damaged(e.to_string()),
+        _ => Failure::Unavailable(format!("{}: {e}", path.display())),
+    }
+}
+
+/// `PRAGMA quick_check`: the b-trees are sound (the full `integrity_check` also reads
+/// every index against its table, too slow on a Pi's SD card at every start).
+fn check(conn: &Connection, path: &Path) -> Result<(), Failure> {
+    let problems = (|| {
+        let mut stmt = conn.prepare("PRAGMA quick_check")?;
+        let rows = stmt.query_map([], |row| row.get::<_, String>(0))?;
+        rows.collect::<rusqlite::Result<Vec<_>>>()
+    })()
+    .map_err(|e| classify(path, e))?;
+    match problems.as_slice() {
+        [ok] if ok == "ok" => Ok(()),
+        [] => Err(Failure::Damaged("quick_check gave no answer".into())),
+        [first, ..] => Err(Failure::Damaged(format!("quick_check: {first}"))),
+    }
+}
+
+/// WAL (a reader beside the writer; one fsync per commit) and `synchronous=FULL`: a
+/// commit is on disk when it returns, so `delivered` may be sent on it.
+fn configure(conn: &Connection, path: &Path) -> Result<(), Failure> {
+    let mode = (|| {
+        let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update_and_check(None, "journal_size_limit", WAL_SIZE_LIMIT, |_| Ok(()))?;
+        Ok(mode)
+    })()
+    .map_err(|e| classify(path, e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(Failure::Unavailable(format!(
+            "{}: could not switch to WAL (journal mode is {mode}); is the directory writable?",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the file owner-only before SQLite opens it (SQLite would make it 0644 under
+/// the usual umask, and gives its WAL the same mode), or tightens one that is wider.
+fn make_private(path: &Path) -> io::Result<()> {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false) // an existing journal is kept, of course
+        .mode(0o600)
+        .open(path)?;
+    tighten(path)
+}
+
+/// Makes an existing file 0600 if it is readable or writable by others.
+fn tighten(path: &Path) -> io::Result<()> {
+    match fs::metadata(path) {
+        Ok(meta) if meta.permissions().mode() & 0o077 != 0 => {
+            fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Renames a damaged journal to `journal.sqlite3.corrupt-<unix seconds>`, its WAL beside
+/// it (so `sqlite3` can still open the pair). No WAL may stay behind: SQLite would replay
+/// it into the new file. The `-shm` is only an index of the WAL and is rebuilt.
+fn move_aside(path: &Path) -> io::Result<PathBuf> {
+    let stamp = now_unix_ms() / 1000;
+    let mut to = sibling(path, &format!(".corrupt-{stamp}"));
+    let mut n = 1;
+    while fs::symlink_metadata(&to).is_ok() {
+        to = sibling(path, &format!(".corrupt-{stamp}.{n}"));
+        n += 1;
+    }
+    fs::rename(path, &to)?;
+    let wal = sibling(path, "-wal");
+    if fs::symlink_metadata(&wal).is_ok() && fs::rename(&wal, sibling(&to, "-wal")).is_err() {
+        fs::remove_file(&wal)?;
+    }
+    match fs::remove_file(sibling(path, "-shm")) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(to),
+    }
+}
+
+fn read_snapshot(conn: &Connection, clock: Clock, settings: &JournalSettings, now: u64) -> rusqlite::Result<Snapshot> {
+    let window = u64::try_from(settings.dedup_window.as_millis()).unwrap_or(u64::MAX);
+    Ok(Snapshot {
+        seqs: rows::seqs(conn)?,
+        seq_floor: rows::seq_floor(conn)?,
+        held: rows::flagged(conn, Flag::Held, clock)?,
+        open_cards: rows::flagged(conn, Flag::Open, clock)?,
+        dedup: rows::dedup(conn, now.saturating_sub(window), clock)?,
+    })
+}
+
+/// The file and its WAL, in bytes (for `/healthz`).
+pub(super) fn size(path: &Path) -> u64 {
+    let len = |p: &Path| fs::metadata(p).map_or(0, |m| m.len());
+    len(path) + len(&sibling(path, "-wal"))
+}

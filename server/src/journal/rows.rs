@@ -1,0 +1,259 @@
+//! The core's records and reads as SQL: the one place that knows the columns.
+//!
+//! Integers cross as i64 with saturating conversions, so no value the core sends and no
+//! value a hand-edited file holds can panic here; anything else SQLite refuses comes back
+//! as an error for the caller to report.
+
+use hermes_mobile::ids::DeviceId;
+use hermes_mobile::journal::{DedupRow, Entry, Read, ReadResult, Record, Window};
+use rusqlite::{params, Connection, Row};
+
+use super::Clock;
+
+/// The columns of `entries` in the order [`entry`] reads them.
+macro_rules! columns {
+    () => {
+        "device, key, seq, first_seq, at, held, open, deadline, body, blob"
+    };
+}
+
+/// A u64 as SQLite's i64 (saturating: seqs and unix times are far below it).
+pub(super) fn int(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// An i64 from the file as a u64 (a negative, which only a hand edit could put there, is 0).
+pub(super) fn uint(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+fn window_code(window: Window) -> i64 {
+    match window {
+        Window::Seen => 1,
+        Window::Delivered => 2,
+    }
+}
+
+fn window(code: i64) -> Option<Window> {
+    match code {
+        1 => Some(Window::Seen),
+        2 => Some(Window::Delivered),
+        _ => None,
+    }
+}
+
+fn entry(row: &Row<'_>, clock: Clock) -> rusqlite::Result<Entry> {
+    Ok(Entry {
+        device: DeviceId(row.get(0)?),
+        key: row.get(1)?,
+        seq: uint(row.get(2)?),
+        first_seq: uint(row.get(3)?),
+        at: clock.time(uint(row.get(4)?)),
+        held: row.get::<_, i64>(5)? != 0,
+        open: row.get::<_, i64>(6)? != 0,
+        deadline: row.get::<_, Option<i64>>(7)?.map(|d| clock.time(uint(d))),
+        body: row.get(8)?,
+        blob: row.get(9)?,
+    })
+}
+
+/// Applies one record (inside the caller's transaction). `now` is unix ms, for `used_at`.
+pub(super) fn apply(conn: &Connection, record: &Record, clock: Clock, now: u64) -> rusqlite::Result<()> {
+    match record {
+        Record::Put(e) => {
+            conn.prepare_cached(concat!(
+                "INSERT INTO entries (",
+                columns!(),
+                ") VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (device, key) DO UPDATE SET seq = excluded.seq,
+                   first_seq = excluded.first_seq, at = excluded.at, held = excluded.held,
+                   open = excluded.open, deadline = excluded.deadline, body = excluded.body,
+                   blob = excluded.blob"
+            ))?
+            .execute(params![
+                e.device.0,
+                e.key,
+                int(e.seq),
+                int(e.first_seq),
+                int(clock.unix_ms(e.at)),
+                e.held,
+                e.open,
+                e.deadline.map(|d| int(clock.unix_ms(d))),
+                e.body,
+                e.blob,
+            ])?;
+            reserve(conn, &e.device, e.seq, now)
+        }
+        Record::Sent { device, keys } => {
+            let mut sent =
+                conn.prepare_cached("UPDATE entries SET held = 0, blob = NULL WHERE device = ?1 AND key = ?2")?;
+            for key in keys {
+                sent.execute(params![device.0, key])?;
+            }
+            Ok(())
+        }
+        Record::Reserve { device, upto } => reserve(conn, device, *upto, now),
+        Record::Dedup {
+            window,
+            device,
+            id,
+            at,
+            value,
+        } => conn
+            .prepare_cached(
+                "INSERT INTO dedup (win, device, id, at, value) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (win, device, id) DO UPDATE SET at = excluded.at, value = excluded.value",
+            )?
+            .execute(params![
+                window_code(*window),
+                device.0,
+                id,
+                int(clock.unix_ms(*at)),
+                value
+            ])
+            .map(drop),
+        // Open cards outlive a forget: the agent still waits for their answer.
+        Record::Forget { device } => conn
+            .prepare_cached("DELETE FROM entries WHERE device = ?1 AND open = 0")?
+            .execute([&device.0])
+            .map(drop),
+        Record::Confirm { .. } => Ok(()),
+    }
+}
+
+/// Raises the device's reserved seq (never lowers it) and marks it used now.
+fn reserve(conn: &Connection, device: &DeviceId, upto: u64, now: u64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO seqs (device, reserved, used_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (device) DO UPDATE SET reserved = max(reserved, excluded.reserved), used_at = excluded.used_at",
+    )?
+    .execute(params![device.0, int(upto), int(now)])
+    .map(drop)
+}
+
+/// Answers a read; both kinds walk the `(device, seq)` index.
+pub(super) fn read(conn: &Connection, read: &Read, clock: Clock) -> rusqlite::Result<ReadResult> {
+    match read {
+        Read::After { device, after } => {
+            let mut stmt = conn.prepare_cached(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM entries WHERE device = ?1 AND seq > ?2 ORDER BY seq"
+            ))?;
+            let entries = stmt
+                .query_map(params![device.0, int(*after)], |row| entry(row, clock))?
+                .collect::<rusqlite::Result<_>>()?;
+            Ok(ReadResult { entries, more: false })
+        }
+        Read::Before { device, before, limit } => {
+            // One row past the limit tells whether older ones remain.
+            let take = int(u64::try_from(*limit).unwrap_or(u64::MAX)).saturating_add(1);
+            let mut stmt = match before {
+                Some(_) => conn.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM entries WHERE device = ?1 AND seq < ?3 ORDER BY seq DESC LIMIT ?2"
+                ))?,
+                None => conn.prepare_cached(concat!(
+                    "SELECT ",
+                    columns!(),
+                    " FROM entries WHERE device = ?1 ORDER BY seq DESC LIMIT ?2"
+                ))?,
+            };
+            let map = |row: &Row<'_>| entry(row, clock);
+            let mut entries: Vec<Entry> = match before {
+                Some(before) => stmt.query_map(params![device.0, take, int(*before)], map)?,
+                None => stmt.query_map(params![device.0, take], map)?,
+            }
+            .collect::<rusqlite::Result<_>>()?;
+            let more = entries.len() > *limit;
+            entries.truncate(*limit);
+            entries.reverse();
+            Ok(ReadResult { entries, more })
+        }
+    }
+}
+
+/// Every entry of a device in seq order (the CLI's history).
+pub(super) fn device_entries(conn: &Connection, device: &DeviceId, clock: Clock) -> rusqlite::Result<Vec<Entry>> {
+    conn.prepare(concat!(
+        "SELECT ",
+        columns!(),
+        " FROM entries WHERE device = ?1 ORDER BY seq"
+    ))?
+    .query_map([&device.0], |row| entry(row, clock))?
+    .collect()
+}
+
+/// Held entries or open cards (`which` is `held` or `open`), by device and then seq;
+/// the partial indexes make this a walk over only those rows.
+pub(super) fn flagged(conn: &Connection, which: Flag, clock: Clock) -> rusqlite::Result<Vec<Entry>> {
+    let sql = match which {
+        Flag::Held => concat!(
+            "SELECT ",
+            columns!(),
+            " FROM entries WHERE held = 1 ORDER BY device, seq"
+        ),
+        Flag::Open => concat!(
+            "SELECT ",
+            columns!(),
+            " FROM entries WHERE open = 1 ORDER BY device, seq"
+        ),
+    };
+    conn.prepare(sql)?.query_map([], |row| entry(row, clock))?.collect()
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Flag {
+    Held,
+    Open,
+}
+
+/// Each device's next seq floor: its reservation or its newest entry, whichever is larger.
+pub(super) fn seqs(conn: &Connection) -> rusqlite::Result<Vec<(DeviceId, u64)>> {
+    let mut seqs = std::collections::BTreeMap::<String, u64>::new();
+    let sources = [
+        "SELECT device, reserved FROM seqs",
+        "SELECT device, max(seq) FROM entries GROUP BY device",
+    ];
+    for sql in sources {
+        let mut stmt = conn.prepare(sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            let seq = uint(row.get(1)?);
+            let slot = seqs.entry(row.get(0)?).or_default();
+            *slot = (*slot).max(seq);
+        }
+    }
+    Ok(seqs.into_iter().map(|(device, seq)| (DeviceId(device), seq)).collect())
+}
+
+/// The largest reserved seq of the devices whose `seqs` rows were dropped.
+pub(super) fn seq_floor(conn: &Connection) -> rusqlite::Result<u64> {
+    let floor = conn.query_row("SELECT max(value) FROM meta WHERE name = 'seq_floor'", [], |row| {
+        row.get::<_, Option<i64>>(0)
+    })?;
+    Ok(floor.map_or(0, uint))
+}
+
+/// The idempotency windows' rows kept since `since` (unix ms), oldest first. A row of a
+/// window this build does not know is skipped.
+pub(super) fn dedup(conn: &Connection, since: u64, clock: Clock) -> rusqlite::Result<Vec<DedupRow>> {
+    let mut stmt =
+        conn.prepare("SELECT win, device, id, at, value FROM dedup WHERE at >= ?1 ORDER BY at, win, device, id")?;
+    let mut rows = stmt.query([int(since)])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let Some(window) = window(row.get(0)?) else {
+            continue;
+        };
+        out.push(DedupRow {
+            window,
+            device: DeviceId(row.get(1)?),
+            id: row.get(2)?,
+            at: clock.time(uint(row.get(3)?)),
+            value: row.get(4)?,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,192 @@
+//! The bounds: per-device count and age, history off, the device and seqs caps, the
+//! idempotency window. What is owed to a device (held entries, open cards) stays.
+
+use std::time::Duration;
+
+use hermes_mobile::journal::{Entry, Record, Window};
+use hermes_mobile::Time;
+use rusqlite::Connection;
+
+use super::bounds::{MAX_DEVICES, MAX_SEQS};
+use super::tests::{clock, dev, entry, open, seqs_of, Dir, Rig};
+use super::*;
+
+const DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// Starts a worker that trims after every commit, writes `records` and a confirm, and
+/// stops it (the pass runs on the thread before it ends).
+fn write_and_trim(settings: &JournalSettings, clock: Clock, records: Vec<Record>) {
+    let (mut store, _) = open(settings, clock);
+    store.bounds.every = Duration::ZERO;
+    let mut rig = Rig::start(store);
+    rig.worker
+        .write(records.into_iter().chain([Record::Confirm { ticket: 1 }]).collect());
+    rig.committed(1);
+}
+
+#[test]
+fn a_device_keeps_its_newest_items_and_everything_it_is_owed() {
+    let dir = Dir::new("items");
+    let settings = JournalSettings {
+        items: 3,
+        ..dir.settings()
+    };
+    let held = Entry {
+        held: true,
+        ..entry("a", "f:1", 1)
+    };
+    let card = Entry {
+        open: true,
+        ..entry("a", "p:2", 2)
+    };
+    let mut records = vec![Record::Put(held), Record::Put(card)];
+    records.extend((3..=6).map(|s| Record::Put(entry("a", &format!("m:{s}"), s))));
+    records.extend((1..=3).map(|s| Record::Put(entry("b", &format!("m:{s}"), s))));
+    write_and_trim(&settings, clock(), records);
+    assert_eq!(seqs_of(&read_device(&settings.path, &dev("a")).unwrap()), vec![1, 2, 6]);
+    assert_eq!(seqs_of(&read_device(&settings.path, &dev("b")).unwrap()), vec![1, 2, 3]);
+}
+
+#[test]
+fn entries_older_than_the_days_go_at_the_next_start() {
+    let dir = Dir::new("days");
+    let settings = JournalSettings {
+        days: 30,
+        ..dir.settings()
+    };
+    // This run began 40 days ago: `Time::ZERO` is 40 days old, the last is a minute old.
+    let now = clock().origin_unix_ms;
+    let old_run = Clock {
+        origin_unix_ms: now - 40 * DAY_MS,
+    };
+    let at = |e: Entry, t| Entry { at: t, ..e };
+    let records = vec![
+        Record::Put(at(entry("a", "m:1", 1), Time::ZERO)),
+        Record::Put(at(
+            Entry {
+                held: true,
+                ..entry("a", "f:2", 2)
+            },
+            Time::ZERO,
+        )),
+        Record::Put(at(entry("a", "m:3", 3), Time::from_millis(40 * DAY_MS - 60_000))),
+    ];
+    write_and_trim(&settings, old_run, records);
+    let (_store, snapshot) = open(&settings, clock());
+    assert_eq!(seqs_of(&read_device(&settings.path, &dev("a")).unwrap()), vec![2, 3]);
+    // Older than this run's origin reads back as zero.
+    assert_eq!(snapshot.held[0].at, Time::ZERO);
+}
+
+#[test]
+fn with_history_off_only_what_is_owed_stays() {
+    let dir = Dir::new("no-history");
+    let settings = JournalSettings {
+        history: false,
+        ..dir.settings()
+    };
+    let records = vec![
+        Record::Put(Entry {
+            held: true,
+            ..entry("a", "m:1", 1)
+        }),
+        Record::Put(entry("a", "m:2", 2)),
+        Record::Put(Entry {
+            open: true,
+            ..entry("a", "p:3", 3)
+        }),
+        Record::Sent {
+            device: dev("a"),
+            keys: vec!["m:1".into()],
+        },
+        Record::Put(Entry {
+            held: true,
+            ..entry("a", "m:4", 4)
+        }),
+    ];
+    write_and_trim(&settings, clock(), records);
+    assert_eq!(seqs_of(&read_device(&settings.path, &dev("a")).unwrap()), vec![3, 4]);
+    let (_store, snapshot) = open(&settings, clock());
+    assert_eq!(snapshot.seqs, vec![(dev("a"), 4)]);
+}
+
+#[test]
+fn past_64_devices_the_least_recently_used_loses_its_entries_not_its_seq() {
+    let dir = Dir::new("devices");
+    let settings = dir.settings();
+    let (mut store, _) = open(&settings, clock());
+    store.bounds.every = Duration::ZERO;
+    let mut rig = Rig::start(store);
+    let name = |i: usize| format!("dev-{i:02}");
+    let mut records: Vec<Record> = (0..MAX_DEVICES)
+        .map(|i| Record::Put(entry(&name(i), "m:1", 1)))
+        .collect();
+    records.push(Record::Confirm { ticket: 1 });
+    rig.worker.write(records);
+    rig.committed(1);
+    // dev-30 was used longest ago.
+    let raw = Connection::open(&settings.path).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    raw.execute("UPDATE seqs SET used_at = 1 WHERE device = 'dev-30'", [])
+        .unwrap();
+    drop(raw);
+    rig.worker.write(vec![
+        Record::Put(entry("dev-64", "m:1", 1)),
+        Record::Confirm { ticket: 2 },
+    ]);
+    rig.committed(2);
+    drop(rig);
+    assert!(read_device(&settings.path, &dev("dev-30")).unwrap().is_empty());
+    for kept in ["dev-00", "dev-29", "dev-31", "dev-63", "dev-64"] {
+        assert_eq!(read_device(&settings.path, &dev(kept)).unwrap().len(), 1, "{kept}");
+    }
+    let (_store, snapshot) = open(&settings, clock());
+    assert_eq!(snapshot.seqs.len(), MAX_DEVICES + 1);
+    assert!(snapshot.seqs.contains(&(dev("dev-30"), 1)));
+}
+
+#[test]
+fn seqs_are_capped_sparing_devices_with_entries() {
+    let dir = Dir::new("seqs");
+    let settings = dir.settings();
+    let mut records = vec![Record::Put(entry("s-0000", "m:1", 1))];
+    records.extend((1..MAX_SEQS + 5).map(|i| Record::Reserve {
+        device: dev(&format!("s-{i:04}")),
+        upto: 100 + i as u64,
+    }));
+    write_and_trim(&settings, clock(), records);
+    let (_store, snapshot) = open(&settings, clock());
+    assert_eq!(snapshot.seqs.len(), MAX_SEQS);
+    assert_eq!(snapshot.seqs[0], (dev("s-0000"), 1));
+    // The oldest without entries went, and a device the journal forgot goes on after
+    // the largest seq they had.
+    assert_eq!(snapshot.seqs[1], (dev("s-0006"), 106));
+    assert_eq!(snapshot.seq_floor, 105);
+}
+
+#[test]
+fn idempotency_rows_older_than_the_window_are_dropped() {
+    let dir = Dir::new("dedup");
+    let settings = dir.settings();
+    let hour_ago = Clock {
+        origin_unix_ms: clock().origin_unix_ms - 3_600_000,
+    };
+    let dedup = |id: &str, at| Record::Dedup {
+        window: Window::Seen,
+        device: dev("a"),
+        id: id.into(),
+        at,
+        value: String::new(),
+    };
+    let records = vec![dedup("old", Time::ZERO), dedup("new", Time::from_secs(3600))];
+    write_and_trim(&settings, hour_ago, records);
+    let raw = Connection::open(&settings.path).unwrap();
+    let rows: i64 = raw
+        .query_row("SELECT count(*) FROM dedup", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+    drop(raw);
+    let (_store, snapshot) = open(&settings, hour_ago);
+    let ids: Vec<_> = snapshot.dedup.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(ids, ["new"]);
+}
