@@ -47,6 +47,9 @@ pub enum AgentEvent {
         label: Option<String>,
         /// The user's own text (`clarify` `other`), if any.
         text: Option<String>,
+        /// What the card asked: an `exec_approval`'s command, else its text. An agent
+        /// needs no memory of its cards to answer one, even one opened before a restart.
+        asked: String,
     },
     /// A card reached its TTL unanswered (P5). `option_id` is the safe default, if the kind
     /// has one.
@@ -55,6 +58,8 @@ pub enum AgentEvent {
         prompt: PromptId,
         kind: PromptKind,
         option_id: Option<String>,
+        /// What the card asked, as in `PromptAnswered`.
+        asked: String,
     },
     /// The app sent `typing` (M3).
     UserTyping { device: DeviceId },

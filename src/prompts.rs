@@ -222,6 +222,11 @@ impl Card {
         }
     }
 
+    /// What it asks: an `exec_approval`'s command, else its text (`AgentEvent`'s `asked`).
+    pub fn asked(&self) -> String {
+        self.command.clone().unwrap_or_else(|| self.text.clone())
+    }
+
     /// Whether anything the person reads on the card holds a character they cannot see
     /// (L49). The card itself is never altered: the agent gets the same answer either way.
     pub fn hidden_chars(&self) -> bool {

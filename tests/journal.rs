@@ -396,3 +396,29 @@ fn live_frames_wait_for_a_new_device_s_first_reservation_only() {
     assert_eq!(Harness::types(&h.take(phone)), ["message"], "no wait once reserved");
     let _ = Time::ZERO;
 }
+
+#[test]
+fn a_message_reaches_the_agent_only_after_its_commit_so_never_twice() {
+    // L58: a crash between the agent acting and the id being on disk would make a re-send
+    // act twice; the agent gets it only once its id is kept.
+    let mut h = harness();
+    h.auto_commit = false;
+    h.commit();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.commit();
+    h.take_events();
+    h.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    h.send(phone, json!({"t":"typing"}));
+    assert!(h.take_events().is_empty(), "nothing before the commit, in order");
+    h.restart(true);
+    h.auto_commit = true;
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    assert_eq!(
+        received_ids(&mut h),
+        vec!["m1"],
+        "the re-send after the crash is the one"
+    );
+    h.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    assert!(received_ids(&mut h).is_empty());
+}

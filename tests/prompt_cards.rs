@@ -268,7 +268,8 @@ fn expiry_sends_the_safe_default_and_tells_the_agent() {
             device: DeviceId::from("tel-1"),
             prompt: PromptId::from("p1"),
             kind: PromptKind::ExecApproval,
-            option_id: Some("deny".into())
+            option_id: Some("deny".into()),
+            asked: "rm -rf /tmp/cache".into(),
         }]
     );
     // An answer after expiry gets the same closed card back.

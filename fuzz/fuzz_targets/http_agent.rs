@@ -112,7 +112,7 @@ fuzz_target!(|input: Input| {
             Op::Answer { prompt, choice, expired } => {
                 let Some((device, prompt)) = pick(&prompts, prompt) else { continue };
                 let event = if expired {
-                    AgentEvent::PromptExpired { device, prompt, kind: PromptKind::ExecApproval, option_id: None }
+                    AgentEvent::PromptExpired { device, prompt, kind: PromptKind::ExecApproval, option_id: None, asked: String::new() }
                 } else {
                     let option_id = ["once", "session", "always", "deny"][usize::from(choice % 4)].into();
                     AgentEvent::PromptAnswered {
@@ -122,6 +122,7 @@ fuzz_target!(|input: Input| {
                         option_id,
                         label: None,
                         text: None,
+                        asked: String::new(),
                     }
                 };
                 agent.handle_event(now, event);

@@ -637,6 +637,7 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
             option_id,
             label,
             text,
+            ..
         } => {
             #[derive(Serialize)]
             struct Answered<'a> {
@@ -666,6 +667,7 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
             prompt,
             kind,
             option_id,
+            ..
         } => {
             #[derive(Serialize)]
             struct Expired<'a> {

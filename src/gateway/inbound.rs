@@ -122,7 +122,7 @@ impl Gateway {
             name: d.name.clone(),
             user: d.user.clone(),
         };
-        self.events.push_back(online);
+        self.event(online);
         self.top_up_seqs(&device);
         if let (Some(after), true) = (hello.resume_after, self.journal_on()) {
             // L58: everything after `after` from the journal, then `resumed`, then live.
@@ -205,7 +205,7 @@ impl Gateway {
             ClientFrame::Audio(a) => self.on_audio(now, conn, &device, a),
             ClientFrame::Media(m) => self.on_media(now, conn, &device, m),
             ClientFrame::Prompt(p) => self.on_prompt(now, conn, &device, p),
-            ClientFrame::Typing => self.events.push_back(AgentEvent::UserTyping { device }),
+            ClientFrame::Typing => self.event(AgentEvent::UserTyping { device }),
             ClientFrame::Ping { ts } => self.send(conn, encode("pong", &Pong { ts })),
             ClientFrame::Ack { .. } => {}
             ClientFrame::Deliver(d) => self.on_deliver(now, conn, &device, role, d),
@@ -236,7 +236,7 @@ impl Gateway {
         self.seen.insert(now, device, id, seq);
         self.arm_sweep(now);
         let user = self.devices.get(device).map(|d| d.user.clone()).unwrap_or_default();
-        self.events.push_back(AgentEvent::MessageReceived {
+        self.event_after_commit(AgentEvent::MessageReceived {
             device: device.clone(),
             id: id.to_owned(),
             user,
@@ -393,8 +393,9 @@ impl Gateway {
         };
         let seq = self.keep_card_closed(now, &card, &closed);
         self.send(conn, super::journal::stamp(vec![frame], seq).remove(0));
-        self.events.push_back(AgentEvent::PromptAnswered {
+        self.event(AgentEvent::PromptAnswered {
             device: device.clone(),
+            asked: card.asked(),
             prompt: card.id,
             kind: card.kind,
             option_id: applied.option_id,

@@ -10,6 +10,7 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use super::{Gateway, Output};
+use crate::agent::AgentEvent;
 use crate::ids::{ConnId, DeviceId};
 use crate::journal::body::Body;
 use crate::journal::seqs::Seqs;
@@ -42,6 +43,8 @@ pub(super) enum Waiting {
         conn: ConnId,
         id: String,
     },
+    /// Agent events behind this ticket may go (a message's id is on disk: L58).
+    Events,
 }
 
 #[derive(Debug)]
@@ -70,6 +73,12 @@ pub(super) struct Journal {
     pub waiting: VecDeque<(u64, Waiting)>,
     next_read: u64,
     pub reads: HashMap<u64, PendingRead>,
+    /// Agent events waiting for a commit, each with the ticket it waits for (0: none of
+    /// its own, only those before it): a message reaches the agent only once its id is
+    /// on disk, so a re-send after a crash can never make the agent act twice.
+    pub gate: VecDeque<(u64, AgentEvent)>,
+    /// The highest ticket committed (or failed) so far.
+    committed: u64,
 }
 
 impl Journal {
@@ -81,6 +90,8 @@ impl Journal {
             waiting: VecDeque::new(),
             next_read: 0,
             reads: HashMap::new(),
+            gate: VecDeque::new(),
+            committed: 0,
         }
     }
 }
@@ -232,6 +243,7 @@ impl Gateway {
     /// Everything up to `ticket` is on disk.
     pub fn handle_journal_committed(&mut self, now: Time, ticket: u64) {
         self.now = self.now.max(now);
+        self.open_gate(ticket);
         while let Some(waiting) = self.pop_waiting(ticket) {
             match waiting {
                 Waiting::Reserve { device, upto } => {
@@ -251,6 +263,7 @@ impl Gateway {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
                 }
+                Waiting::Events => {}
             }
         }
     }
@@ -259,6 +272,9 @@ impl Gateway {
     /// a held `deliver` gets `device_offline` so its sender retries (issue 24 §4).
     pub fn handle_journal_failed(&mut self, now: Time, ticket: u64) {
         self.now = self.now.max(now);
+        // The person's messages still reach the agent (at least once beats never); only
+        // `received` is not sent, so the client keeps it until a later confirmation.
+        self.open_gate(ticket);
         while let Some(waiting) = self.pop_waiting(ticket) {
             match waiting {
                 Waiting::Reserve { device, .. } => {
@@ -278,6 +294,29 @@ impl Gateway {
                         self.send_error(conn, &r.with_id(Some(&id)), false);
                     }
                 }
+                Waiting::Events => {}
+            }
+        }
+    }
+
+    /// An event for the agent that may go only once everything before it is on disk.
+    pub(super) fn event_after_commit(&mut self, event: AgentEvent) {
+        if !self.journal_on() {
+            return self.events.push_back(event);
+        }
+        self.confirm(Waiting::Events);
+        if let Some(j) = self.journal.as_mut() {
+            j.gate.push_back((j.next_ticket, event));
+        }
+    }
+
+    /// Lets the agent have the events whose commit is done, in order.
+    fn open_gate(&mut self, ticket: u64) {
+        let Some(j) = self.journal.as_mut() else { return };
+        j.committed = j.committed.max(ticket);
+        while j.gate.front().is_some_and(|(t, _)| *t <= j.committed) {
+            if let Some((_, event)) = j.gate.pop_front() {
+                self.events.push_back(event);
             }
         }
     }

@@ -351,6 +351,14 @@ impl Gateway {
 
     // ----- plumbing shared by the submodules -----
 
+    /// Tells the agent, in order behind any event that waits for a commit.
+    fn event(&mut self, event: AgentEvent) {
+        match self.journal.as_mut().filter(|j| !j.gate.is_empty()) {
+            Some(j) => j.gate.push_back((0, event)),
+            None => self.events.push_back(event),
+        }
+    }
+
     fn send(&mut self, conn: ConnId, frame: String) {
         if let Some(waiting) = self.conns.get_mut(&conn).and_then(|c| c.held_back.as_mut()) {
             return waiting.push(frame);
@@ -403,8 +411,7 @@ impl Gateway {
             if let Some(d) = self.devices.get_mut(&device) {
                 if d.conn == Some(conn) {
                     d.conn = None;
-                    self.events
-                        .push_back(AgentEvent::DeviceOffline { device: device.clone() });
+                    self.event(AgentEvent::DeviceOffline { device: device.clone() });
                 }
             }
             self.forget_device_if_unused(&device);

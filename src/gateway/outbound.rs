@@ -326,7 +326,8 @@ impl Gateway {
         if let Some(conn) = self.online_conn(&card.device) {
             self.send(conn, stamp(vec![frame], seq).remove(0));
         }
-        self.events.push_back(AgentEvent::PromptExpired {
+        self.event(AgentEvent::PromptExpired {
+            asked: card.asked(),
             device: card.device,
             prompt: card.id,
             kind: card.kind,

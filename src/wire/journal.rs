@@ -86,6 +86,15 @@ pub struct HistoryPage<'a> {
     pub more: bool,
 }
 
+/// `history`'s answer as a client reads it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct HistoryAnswer {
+    pub id: String,
+    pub items: Vec<serde_json::Value>,
+    #[serde(default)]
+    pub more: bool,
+}
+
 /// `frame` (an encoded JSON object) with `"seq":n` added at its end.
 pub fn with_seq(mut frame: String, seq: u64) -> String {
     debug_assert!(frame.ends_with('}'));

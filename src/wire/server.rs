@@ -317,6 +317,11 @@ pub enum ServerFrame<'a> {
     PushSubscribed(PushAnswer<'a>),
     PushUnsubscribed(PushAnswer<'a>),
     PushSent(PushAnswer<'a>),
+    /// The journal's frames (issue 24, L56–L60).
+    Received(super::journal::Received<'a>),
+    Resumed(super::journal::Resumed),
+    History(super::journal::HistoryAnswer),
+    Forgotten(super::journal::Forgotten<'a>),
     /// A type this client does not know: ignore it (protocol-v1.md "Versioning").
     Unknown(String),
 }
@@ -343,6 +348,10 @@ pub fn parse_server_frame(bytes: &[u8]) -> Result<ServerFrame<'_>, serde_json::E
         "push_subscribed" => ServerFrame::PushSubscribed(serde_json::from_slice(bytes)?),
         "push_unsubscribed" => ServerFrame::PushUnsubscribed(serde_json::from_slice(bytes)?),
         "push_sent" => ServerFrame::PushSent(serde_json::from_slice(bytes)?),
+        "received" => ServerFrame::Received(serde_json::from_slice(bytes)?),
+        "resumed" => ServerFrame::Resumed(serde_json::from_slice(bytes)?),
+        "history" => ServerFrame::History(serde_json::from_slice(bytes)?),
+        "forgotten" => ServerFrame::Forgotten(serde_json::from_slice(bytes)?),
         "" => return Err(serde_json::Error::custom("empty frame type")),
         other => ServerFrame::Unknown(other.to_owned()),
     })
@@ -364,6 +373,10 @@ impl fmt::Display for ServerFrame<'_> {
             ServerFrame::PushSubscribed(_) => "push_subscribed",
             ServerFrame::PushUnsubscribed(_) => "push_unsubscribed",
             ServerFrame::PushSent(_) => "push_sent",
+            ServerFrame::Received(_) => "received",
+            ServerFrame::Resumed(_) => "resumed",
+            ServerFrame::History(_) => "history",
+            ServerFrame::Forgotten(_) => "forgotten",
             ServerFrame::Unknown(t) => t,
         };
         f.write_str(t)
