@@ -1,7 +1,7 @@
 //! The embedded demo agent, exactly as ../shared/spec/demo-agent.md says. Deterministic, so
 //! tests can rely on its replies; its streaming runs on the event loop's timers.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
@@ -28,14 +28,6 @@ Voice and files are answered too.";
 /// A 48×48 PNG (an "H" on a blue tile): small, and visible when a client shows it.
 pub const DEMO_PNG: &[u8] = include_bytes!("demo.png");
 
-/// What a card was about, for the reply to its answer.
-#[derive(Debug)]
-enum Card {
-    Approve(String),
-    Confirm(String),
-    Ask { question: String },
-}
-
 #[derive(Debug)]
 struct Stream {
     device: DeviceId,
@@ -52,7 +44,9 @@ pub struct DemoAgent {
     step: Duration,
     run: String,
     counter: u64,
-    cards: HashMap<PromptId, Card>,
+    /// Cards it opened and not yet heard back about: only to say why one was refused.
+    /// The answer itself needs nothing from here (the card carries it: issue 24).
+    cards: HashSet<PromptId>,
     streams: Vec<Stream>,
     out: VecDeque<AgentCommand>,
 }
@@ -65,7 +59,7 @@ impl DemoAgent {
             step,
             run: format!("{:04x}", run & 0xffff),
             counter: 0,
-            cards: HashMap::new(),
+            cards: HashSet::new(),
             streams: Vec::new(),
             out: VecDeque::new(),
         }
@@ -92,9 +86,9 @@ impl DemoAgent {
         self.out.push_back(AgentCommand::EndTurn { device: device.clone() });
     }
 
-    fn card(&mut self, device: &DeviceId, request: PromptRequest, card: Card, ttl_secs: Option<u64>) {
+    fn card(&mut self, device: &DeviceId, request: PromptRequest, ttl_secs: Option<u64>) {
         let prompt = PromptId(self.next_id("p"));
-        self.cards.insert(prompt.clone(), card);
+        self.cards.insert(prompt.clone());
         self.out.push_back(AgentCommand::OpenPrompt {
             device: device.clone(),
             prompt,
@@ -113,7 +107,7 @@ impl DemoAgent {
             description: "demo approval".into(),
             options: vec!["once".into(), "session".into(), "always".into(), "deny".into()],
         };
-        self.card(device, request, Card::Approve(command.to_owned()), ttl_secs);
+        self.card(device, request, ttl_secs);
     }
 
     fn on_text(&mut self, now: Time, device: &DeviceId, text: &str) {
@@ -150,7 +144,7 @@ impl DemoAgent {
                     text: rest.to_owned(),
                     options: vec!["once".into(), "always".into(), "cancel".into()],
                 };
-                self.card(device, request, Card::Confirm(rest.to_owned()), None);
+                self.card(device, request, None);
             }
             "confirm" => self.say(device, "error: /confirm needs something to confirm".into()),
             "ask" => {
@@ -163,11 +157,8 @@ impl DemoAgent {
                         "error: /ask needs <question> | <choice 1> | <choice 2> …".into(),
                     );
                 }
-                let request = PromptRequest::Clarify {
-                    question: question.clone(),
-                    choices,
-                };
-                self.card(device, request, Card::Ask { question }, None);
+                let request = PromptRequest::Clarify { question, choices };
+                self.card(device, request, None);
             }
             "image" => {
                 let file = OutgoingFile {
@@ -294,14 +285,17 @@ impl PureAgent for DemoAgent {
                 option_id,
                 label,
                 text,
+                asked,
             } => {
-                let Some(card) = self.cards.remove(&prompt) else { return };
-                let reply = match (card, kind) {
-                    (Card::Approve(cmd), PromptKind::ExecApproval) if option_id == "deny" => format!("denied: {cmd}"),
-                    (Card::Approve(cmd), _) => format!("approved ({option_id}): {cmd}"),
-                    (Card::Confirm(what), _) if option_id == "cancel" => format!("cancelled: {what}"),
-                    (Card::Confirm(what), _) => format!("confirmed ({option_id}): {what}"),
-                    (Card::Ask { .. }, _) => match (label, text) {
+                // The card carries all the answer needs (issue 24): a card opened before a
+                // restart is answered as it would have been before.
+                self.cards.remove(&prompt);
+                let reply = match kind {
+                    PromptKind::ExecApproval if option_id == "deny" => format!("denied: {asked}"),
+                    PromptKind::ExecApproval => format!("approved ({option_id}): {asked}"),
+                    PromptKind::SlashConfirm if option_id == "cancel" => format!("cancelled: {asked}"),
+                    PromptKind::SlashConfirm => format!("confirmed ({option_id}): {asked}"),
+                    PromptKind::Clarify => match (label, text) {
                         (Some(choice), _) => format!("you chose: {choice}"),
                         (None, Some(t)) => format!("you said: {t}"),
                         (None, None) => format!("you chose: {option_id}"),
@@ -309,12 +303,11 @@ impl PureAgent for DemoAgent {
                 };
                 self.say(&device, reply);
             }
-            AgentEvent::PromptExpired { device, prompt, .. } => {
-                let Some(card) = self.cards.remove(&prompt) else { return };
-                let what = match card {
-                    Card::Approve(x) | Card::Confirm(x) | Card::Ask { question: x } => x,
-                };
-                self.say(&device, format!("expired: {what}"));
+            AgentEvent::PromptExpired {
+                device, prompt, asked, ..
+            } => {
+                self.cards.remove(&prompt);
+                self.say(&device, format!("expired: {asked}"));
             }
             AgentEvent::UserTyping { .. } | AgentEvent::DeviceOnline { .. } | AgentEvent::DeviceOffline { .. } => {}
         }
@@ -367,7 +360,7 @@ impl PureAgent for DemoAgent {
                 device
             }
             Refused::Prompt { device, prompt } => {
-                if self.cards.remove(&prompt).is_none() {
+                if !self.cards.remove(&prompt) {
                     return;
                 }
                 device

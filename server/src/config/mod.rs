@@ -8,6 +8,7 @@
 //! together are in [`validate`].
 
 mod http;
+mod journal;
 mod push;
 pub mod secrets;
 pub mod settings;
@@ -88,6 +89,8 @@ pub struct ServerConfig {
     pub http: Option<HttpConfig>,
     /// Web Push and ntfy (issue 18); `None` when both are off.
     pub push: Option<crate::push::PushSettings>,
+    /// What the journal keeps (issue 24); the core gets it once the journal opens.
+    pub journal: hermes_mobile::journal::JournalConfig,
 }
 
 /// The default state directory: `$XDG_STATE_HOME/hermes-mobile`, else
@@ -197,8 +200,10 @@ pub fn parse(env: &HashMap<String, String>, args: &[String]) -> Result<ServerCon
     core.max_upload_total = budget * 3 / 16;
     core.max_upload_speculation = budget / 16;
     let push = push::push_settings(&|flag| given.get(flag).map(str::to_owned))?;
+    let journal = journal::journal_config(&|flag| Some(given.value(flag).to_owned()))?;
     let config = ServerConfig {
         push,
+        journal,
         http,
         web_source,
         web: None,

@@ -100,6 +100,24 @@ pub const SETTINGS: &[Setting] = &[
         help: "for working on the web client: read its files from this folder (a checkout's web/) at start-up instead of the built-in copies",
     },
     Setting {
+        flag: "--history",
+        env: "MOBILE_HISTORY",
+        default: DefaultValue::Value("on"),
+        help: "keep the conversation in the journal (<state dir>/journal.sqlite3, SQLite) after it is delivered, for resume and history (on|off); off still keeps held replies, open cards and the dedup window until they are delivered, closed or expired",
+    },
+    Setting {
+        flag: "--history-items",
+        env: "MOBILE_HISTORY_ITEMS",
+        default: DefaultValue::Value("5000"),
+        help: "journal entries kept per device, oldest dropped first (at most 64 devices keep history); a text entry takes about half a KiB, so the defaults keep a busy phone's journal near 2.5 MiB; /healthz shows journal_bytes",
+    },
+    Setting {
+        flag: "--history-days",
+        env: "MOBILE_HISTORY_DAYS",
+        default: DefaultValue::Value("30"),
+        help: "journal entries older than this many days are dropped",
+    },
+    Setting {
         flag: "--push",
         env: "MOBILE_PUSH",
         default: DefaultValue::Value("on"),
@@ -163,7 +181,7 @@ pub const SETTINGS: &[Setting] = &[
         flag: "--state-dir",
         env: "MOBILE_STATE_DIR",
         default: DefaultValue::Described("$XDG_STATE_HOME/hermes-mobile"),
-        help: "generated token and received media (media/)",
+        help: "generated token, received media (media/) and the journal (journal.sqlite3)",
     },
     Setting {
         flag: "--agent",

@@ -137,13 +137,15 @@ fn trim_device(conn: &Connection, device: &str, items: usize) -> rusqlite::Resul
     Ok(())
 }
 
-/// Keeps the entries of the [`MAX_DEVICES`] most recently used devices; the others lose
-/// theirs, not their seqs. Returns the devices that keep entries. Every device with
+/// Keeps the history of the [`MAX_DEVICES`] most recently used devices; the others lose
+/// it, not their seqs, and never what is still held for them or an open card (those were
+/// acknowledged, and the core bounds them on its own: L32, L33). Returns the devices that keep entries. Every device with
 /// entries has a `seqs` row (a put writes both, and [`cap_seqs`] spares them), so this
 /// walks the small `seqs` table with one index probe per row.
 fn cap_devices(conn: &Connection) -> rusqlite::Result<HashSet<String>> {
     let mut stmt = conn.prepare_cached(
-        "SELECT device FROM seqs s WHERE EXISTS (SELECT 1 FROM entries e WHERE e.device = s.device)
+        "SELECT device FROM seqs s WHERE EXISTS (SELECT 1 FROM entries e
+             WHERE e.device = s.device AND e.held = 0 AND e.open = 0)
          ORDER BY used_at DESC, device DESC",
     )?;
     let devices = stmt
@@ -156,7 +158,7 @@ fn cap_devices(conn: &Connection) -> rusqlite::Result<HashSet<String>> {
             kept.insert(device);
             continue;
         }
-        conn.prepare_cached("DELETE FROM entries WHERE device = ?1")?
+        conn.prepare_cached("DELETE FROM entries WHERE device = ?1 AND held = 0 AND open = 0")?
             .execute([&device])?;
         log::info!(
             "journal: {total} devices have entries, more than {MAX_DEVICES}; \

@@ -111,7 +111,7 @@ fn with_history_off_only_what_is_owed_stays() {
 }
 
 #[test]
-fn past_64_devices_the_least_recently_used_loses_its_entries_not_its_seq() {
+fn past_64_devices_the_least_recently_used_loses_its_history_not_its_seq_nor_what_it_is_owed() {
     let dir = Dir::new("devices");
     let settings = dir.settings();
     let (mut store, _) = open(&settings, clock());
@@ -121,6 +121,11 @@ fn past_64_devices_the_least_recently_used_loses_its_entries_not_its_seq() {
     let mut records: Vec<Record> = (0..MAX_DEVICES)
         .map(|i| Record::Put(entry(&name(i), "m:1", 1)))
         .collect();
+    // What is held for it was acknowledged (a held `deliver`): never dropped by this bound.
+    records.push(Record::Put(Entry {
+        held: true,
+        ..entry("dev-30", "m:held", 1)
+    }));
     records.push(Record::Confirm { ticket: 1 });
     rig.worker.write(records);
     rig.committed(1);
@@ -136,7 +141,12 @@ fn past_64_devices_the_least_recently_used_loses_its_entries_not_its_seq() {
     ]);
     rig.committed(2);
     drop(rig);
-    assert!(read_device(&settings.path, &dev("dev-30")).unwrap().is_empty());
+    let left: Vec<String> = read_device(&settings.path, &dev("dev-30"))
+        .unwrap()
+        .into_iter()
+        .map(|e| e.key)
+        .collect();
+    assert_eq!(left, ["m:held"], "its history went, what it is owed stayed");
     for kept in ["dev-00", "dev-29", "dev-31", "dev-63", "dev-64"] {
         assert_eq!(read_device(&settings.path, &dev(kept)).unwrap().len(), 1, "{kept}");
     }

@@ -216,6 +216,9 @@ impl Server {
             // Push (issue 18): how many subscriptions, and the last push that failed.
             "push_subscriptions": self.core.push_subscription_count(),
             "push_last_error": self.push.as_ref().and_then(|p| p.last_error()),
+            // The journal (issue 24, L62): "ok", or why the gateway runs without one.
+            "journal": self.journal_status,
+            "journal_bytes": self.journal_bytes(),
         })
         .to_string();
         http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n")

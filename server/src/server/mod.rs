@@ -29,6 +29,7 @@ use crate::wheel::Wheel;
 
 mod agent_work;
 mod http_side;
+mod journal_io;
 mod link;
 mod link_lines;
 mod link_transports;
@@ -105,6 +106,10 @@ pub struct Server {
     signals: StopSignals,
     /// SIGINT or SIGTERM arrived.
     stop_requested: bool,
+    /// The journal's store thread (issue 24); `None` when it could not be opened.
+    journal: Option<journal_io::JournalIo>,
+    /// `"ok"`, or why there is no journal (`/healthz`).
+    journal_status: String,
 }
 
 /// A link input to read again next turn.
@@ -228,9 +233,22 @@ impl Server {
         };
         let agent_route = matches!(config.agent, AgentKind::Link(_)) && config.agent_token.is_some();
         if http.is_none() && push.is_some() {
-            http = Some(HttpClient::new(None, PUSH_TIMEOUTS, Resolver::start(waker)?));
+            http = Some(HttpClient::new(None, PUSH_TIMEOUTS, Resolver::start(waker.clone())?));
+        }
+        let opening = journal_io::open(
+            &config.state_dir,
+            config.journal,
+            core_config.dedup_window,
+            journal_io::clock_at(origin),
+            waker.clone(),
+        )?;
+        if opening.io.is_some() {
+            core_config.journal = Some(config.journal);
         }
         let mut core = Gateway::new(core_config);
+        if let Some(snapshot) = opening.snapshot {
+            core.restore(Time::ZERO, snapshot);
+        }
         if let Some(json) = subscriptions {
             let count = core.restore_push(&json).map_err(|e| {
                 invalid(format!(
@@ -271,6 +289,8 @@ impl Server {
             evictions: 0,
             signals,
             stop_requested: false,
+            journal: opening.io,
+            journal_status: opening.status,
         })
     }
 
@@ -319,6 +339,7 @@ impl Server {
             }
             if self.shutting_down && (self.conns.is_empty() || self.grace_over) {
                 self.link_transports.stop_children(SHUTDOWN_GRACE);
+                self.close_journal();
                 log::info!("stopped");
                 return Ok(());
             }
@@ -352,7 +373,8 @@ impl Server {
                     SIGNALS => self.stop_requested |= self.signals.received(),
                     link_transports::WAKER => {
                         self.on_upstream_wake(now);
-                        self.on_files_done(now)
+                        self.on_files_done(now);
+                        self.on_journal_done(now);
                     }
                     link_transports::AGENT_LISTENER => self.on_agent_accept(now),
                     link_transports::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
@@ -420,6 +442,7 @@ impl Server {
                 break;
             }
         }
+        self.flush_journal();
         let mut touched = std::mem::take(&mut self.touched);
         touched.sort_unstable();
         touched.dedup();

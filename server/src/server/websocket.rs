@@ -115,7 +115,7 @@ impl Server {
         let id = match &out {
             Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
             Output::Notify(_) | Output::PushChanged => return self.on_push_output(out, now),
-            Output::Journal(_) | Output::JournalRead { .. } => return self.on_journal_output(out, now),
+            Output::Journal(_) | Output::JournalRead { .. } => return self.on_journal_output(out),
         };
         let (key, generation) = split_id(id);
         let Some(conn) = self.conns.live(key, generation) else {
@@ -142,8 +142,6 @@ impl Server {
         }
         self.touched.push(key);
     }
-
-    fn on_journal_output(&mut self, _out: Output, _now: Instant) {}
 
     fn on_push_output(&mut self, out: Output, now: Instant) {
         let t = self.time(now);

@@ -41,7 +41,11 @@ pub fn binary() -> &'static str {
 impl Server {
     /// Starts a server with the test token, short idle timers and the given extra settings.
     pub fn start(extra: &[(&str, &str)]) -> Server {
-        let state_dir = temp_dir("srv");
+        Server::start_in(temp_dir("srv"), extra)
+    }
+
+    /// Like `start`, in a given state directory: a restart keeps its journal (issue 24).
+    pub fn start_in(state_dir: PathBuf, extra: &[(&str, &str)]) -> Server {
         let mut cmd = Command::new(binary());
         cmd.env_clear()
             .env("MOBILE_PORT", "0")

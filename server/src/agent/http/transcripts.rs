@@ -416,6 +416,7 @@ fn transcript_hermes_approval_expiry_denies_then_a_quiet_409() {
         prompt: PromptId("approval-1234-2".into()),
         kind: PromptKind::ExecApproval,
         option_id: Some("deny".into()),
+        asked: "rm -rf /tmp/x".into(),
     };
     s.now = s.now + Duration::from_secs(120);
     s.event("card expired", expired);
