@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 
 use crate::state::TokenOrigin;
-use crate::{config, env_file, hermes, memory, pair, send, server, state};
+use crate::{config, env_file, hermes, history_cli, memory, pair, send, server, state};
 
 /// Runs the command line: the exit status.
 pub fn main() -> i32 {
@@ -26,6 +26,7 @@ pub fn main() -> i32 {
         Some("token") => token(&env, &args[1..]),
         Some("pair") => pair(&env, &args[1..]),
         Some("hermes") => hermes::run(&env, &args[1..]),
+        Some("history") => history_cli::run(&env, &args[1..]),
         Some("serve") => serve(&env, &args[1..]),
         _ => serve(&env, &args),
     }

@@ -9,6 +9,7 @@ pub mod conn;
 pub mod env_file;
 pub mod fileio;
 pub mod hermes;
+pub mod history_cli;
 pub mod http;
 pub mod http_client;
 pub mod journal;

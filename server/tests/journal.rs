@@ -280,3 +280,42 @@ fn a_journal_from_a_newer_build_is_left_alone_and_the_gateway_runs_without_one()
     assert!(message.get("seq").is_none(), "no journal, no seq: {message}");
     assert_eq!(std::fs::read(journal_file(&dir)).unwrap(), before, "left untouched");
 }
+
+#[test]
+fn the_history_command_prints_a_device_s_journal_while_the_gateway_runs() {
+    let server = Server::start(&[]);
+    let mut phone = Client::hello(&server, "tel-1");
+    phone.send(json!({"t":"text","id":"m1","text":"what is kept?"}));
+    phone.until("message");
+    wait_on_disk(&server.state_dir, "body LIKE '%echo: what is kept?%'");
+    let out = std::process::Command::new(binary())
+        .env_clear()
+        .args(["history", "--device", "tel-1", "--state-dir"])
+        .arg(&server.state_dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    assert!(
+        lines[0].contains("you") && lines[0].ends_with("what is kept?"),
+        "{text}"
+    );
+    assert!(
+        lines[1].contains("agent") && lines[1].ends_with("echo: what is kept?"),
+        "{text}"
+    );
+    let out = std::process::Command::new(binary())
+        .env_clear()
+        .args(["history", "--device", "tel-1", "--json", "--state-dir"])
+        .arg(&server.state_dir)
+        .output()
+        .unwrap();
+    let items: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(items[0]["from"], "user");
+    assert_eq!(items[1]["text"], "echo: what is kept?");
+}

@@ -339,6 +339,8 @@ pub fn help() -> String {
         "                                     print the app token in use, for pairing a phone\n",
         "  hermes-mobile pair [--state-dir DIR] [--env-file PATH]\n",
         "                                     print where to open the web chat, its pairing link and a QR code\n",
+        "  hermes-mobile history --device ID [--json] [--state-dir DIR] [--env-file PATH]\n",
+        "                                     print a device's journal (read-only, safe while the gateway runs)\n",
         "  hermes-mobile hermes install [--hermes-home DIR] [--socket PATH]\n",
         "                                     install the Hermes plugin `mobile` and print its config (docs/hermes.md)\n",
         "  hermes-mobile --help | --version\n\n",

@@ -36,6 +36,7 @@ mod link_transports;
 mod timers;
 mod websocket;
 
+pub use journal_io::JOURNAL_FILE;
 use link_transports::{LinkTransports, PeerHome};
 
 const LISTENER: Token = Token(usize::MAX - 1);
