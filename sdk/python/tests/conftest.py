@@ -66,8 +66,11 @@ class Gateway:
             return "(no server log)"
 
 
-def start_gateway(state_dir: Path, port: int | None = None) -> Gateway:
-    """Starts the release gateway and waits until /healthz answers; stop it with stop_gateway."""
+def start_gateway(
+    state_dir: Path, port: int | None = None, settings: Mapping[str, str] | None = None
+) -> Gateway:
+    """Starts the release gateway and waits until /healthz answers; stop it with stop_gateway.
+    `settings`: more MOBILE_* variables (MOBILE_HISTORY=off…)."""
     if not GATEWAY.is_file() or not os.access(GATEWAY, os.X_OK):
         pytest.exit(f"no gateway binary at {GATEWAY}: build it with `cargo build --release`", returncode=2)
     port = port or free_port()
@@ -81,6 +84,7 @@ def start_gateway(state_dir: Path, port: int | None = None) -> Gateway:
         MOBILE_ENV_FILE="",
         MOBILE_DEMO_STEP="0.05",
     )
+    env.update(settings or {})
     log_path = state_dir / "server.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

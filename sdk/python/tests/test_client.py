@@ -75,7 +75,7 @@ def test_a_turn(gateway: Gateway) -> None:
                 if isinstance(ev, Message):
                     break
             assert ev == Message(
-                id=ev.id, text="echo: hello there", final=True, edit=False, version=1, key=ev.id
+                id=ev.id, text="echo: hello there", final=True, edit=False, version=1, key=ev.id, seq=ev.seq
             )
             assert Avatar("thinking") in seen
             assert Typing(True) in seen
@@ -248,8 +248,9 @@ def test_an_unconfirmed_message_is_resent_after_a_reconnect_and_answered_once(
     async def scenario() -> None:
         async with client(gateway, "resend", frame_hook=record, backoff_min=0.05) as c:
             await c.wait_online(10)
-            # Without the pong that confirms it, the message stays unconfirmed.
+            # Without the pong or the `received` that confirms it, it stays unconfirmed.
             monkeypatch.setattr(c, "_on_pong", lambda ts, conn: None)
+            monkeypatch.setattr(c, "_on_received", lambda f, conn: None)
             mid = c.send_text("only once please")
             await c.wait_for(Message, lambda m: m.text == "echo: only once please", timeout=10)
             assert c.pending == [mid]

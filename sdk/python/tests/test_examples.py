@@ -38,6 +38,7 @@ def run_example(doc: Path, gateway: Gateway, token: str, tmp_path: Path) -> subp
         text=True,
         timeout=30,
         env=child_env(tmp_path),
+        cwd=tmp_path,  # its seq_file
         check=False,
     )
 

@@ -3,6 +3,7 @@
     from hermes_mobile_client import connect, Message
 
     async with connect("ws://127.0.0.1:8787/ws", token=TOKEN, device_id="py-1") as client:
+        await client.wait_online(10)  # raises HermesError (auth_failed, timeout…)
         client.send_text("hello")
         async for event in client:
             if isinstance(event, Message) and event.final:
@@ -39,16 +40,20 @@ from .events import (
     Error,
     Event,
     HermesError,
+    History,
+    HistoryItem,
     Invalid,
     Media,
     MediaProgress,
     Message,
     Ready,
     Rejected,
+    Resumed,
     Status,
     Typing,
     Unsent,
     UploadProgress,
+    UserMessage,
 )
 from .frame_hooks import FrameHook, add_frame_hook, remove_frame_hook
 from .hidden_chars import has_hidden_chars, reveal_hidden_chars
@@ -75,6 +80,8 @@ __all__ = [
     "Event",
     "FrameHook",
     "HermesError",
+    "History",
+    "HistoryItem",
     "Invalid",
     "Media",
     "MediaProgress",
@@ -83,10 +90,12 @@ __all__ = [
     "ProgressCallback",
     "Ready",
     "Rejected",
+    "Resumed",
     "Status",
     "Typing",
     "Unsent",
     "UploadProgress",
+    "UserMessage",
     "__version__",
     "add_frame_hook",
     "connect",

@@ -20,6 +20,7 @@ from ._version import __version__
 from .events import Card, Event, HermesError, Ready, Status
 from .frame_hooks import FRAME_LOG_ENV, FrameHook, FrameLog, call_hooks
 from .reassembly import MediaAssembler, MessageAssembler
+from .seq_file import SeqFile
 
 if TYPE_CHECKING:  # these modules build on this one
     from .outbox import OutboxEntry
@@ -57,6 +58,7 @@ class ClientCore:
         typing_interval: float = 2.0,
         max_events: int = 10000,
         frame_hook: FrameHook | None = None,
+        seq_file: str | os.PathLike[str] | None = None,
     ) -> None:
         if not isinstance(token, str) or not token:
             raise HermesError("bad_config", "token is required")
@@ -84,6 +86,7 @@ class ClientCore:
         self._hooks: list[FrameHook] = [frame_hook] if frame_hook else []
         if os.environ.get(FRAME_LOG_ENV):
             self._hooks.append(FrameLog(os.environ[FRAME_LOG_ENV]))
+        self._seq_file = SeqFile(seq_file) if seq_file is not None else None
         self._init_state()
 
     def _init_state(self) -> None:
@@ -111,6 +114,16 @@ class ClientCore:
         self._incoming_messages = MessageAssembler(self._emit)
         self._incoming_media = MediaAssembler(self._emit)
         self._requests: dict[str, PendingRequest] = {}
+        # The journal (issue 24; journal.py): the highest seq handed to the application
+        # (what seq_file keeps), the highest on a frame received (what a reconnect resumes
+        # after), and the seq of the event the application holds now.
+        kept = self._seq_file.load() if self._seq_file is not None else None
+        self._seq_handed = kept or 0  # a new client (no file) resumes after 0 (L56)
+        self._seq_seen = self._seq_handed
+        self._seq_pending: int | None = None
+        self._resume_sent = 0  # this connection's hello.resume.after
+        self._by_received = False  # this connection confirms messages with `received`
+        self._seq_save_failed = False
         self._events: deque[Event] = deque()
         self._dropped_events = 0
         self._runner: asyncio.Task[None] | None = None

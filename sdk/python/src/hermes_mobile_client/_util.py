@@ -263,6 +263,12 @@ def as_int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None  # JSON true is no number
 
 
+def as_seq(v: Any) -> int | None:
+    """A journal seq (issue 24): an integer from 1; anything else reads as none."""
+    n = as_int(v)
+    return n if n is not None and n >= 1 else None
+
+
 def str_field(frame: Mapping[str, Any], key: str) -> str:
     v = frame.get(key)
     return v if isinstance(v, str) else ""

@@ -46,6 +46,7 @@ def validate_card(f: Mapping[str, Any]) -> Card | None:
         timeout_seconds=timeout,
         expires_at=time.time() + timeout,
         hidden_chars=f.get("hidden_chars") is True or any(has_hidden_chars(s) for s in shown),
+        seq=u.as_seq(f.get("seq")),
     )
 
 
@@ -102,4 +103,6 @@ def close_card(cards: dict[str, Card], f: Mapping[str, Any]) -> CardDone | None:
         label = opt.label if opt else option_id
         if card.state == "open":
             card.state = "expired" if expired else "done"
-    return CardDone(id=cid, option_id=option_id, expired=expired, label=label, card=card)
+            card.answered = option_id
+    seq = u.as_seq(f.get("seq"))
+    return CardDone(id=cid, option_id=option_id, expired=expired, label=label, card=card, seq=seq)

@@ -176,8 +176,10 @@ class Chat:
             what = f"{ev.filename or ev.id} ({ev.kind}, {ev.mime or 'unknown type'}, {ev.size} bytes)"
             if ev.url:
                 self.line(f"[file] {what}: {ev.url}")
-            else:
+            elif ev.path is not None:
                 self.line(f"[file] {what} saved to {ev.path}")
+            else:  # replayed after a resume, its bytes no longer kept (L58)
+                self.line(f"[file] {what}: no longer kept by the gateway")
             if ev.caption:
                 self.line(f"       {ev.caption}")
         elif isinstance(ev, MediaProgress):

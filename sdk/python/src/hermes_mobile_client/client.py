@@ -9,8 +9,9 @@
 `Client` is put together here from one module per concern: `_core` (options, state, the
 event queue), `connection` (the reconnect loop and keep-alive), `outbox` (queueing,
 confirming and re-sending messages), `sending` (the send methods), `request_frames`
-(`deliver`, `push_*`), `reassembly` (incoming messages and files) and `cards`. This module
-owns the lifecycle, reading events, and routing each received frame to its handler.
+(`deliver`, `push_*`), `journal` (resume, `seq_file`, `history`, `forget`), `reassembly`
+(incoming messages and files) and `cards`. This module owns the lifecycle, reading events,
+and routing each received frame to its handler.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ from websockets.asyncio.client import ClientConnection
 from . import _util as u
 from .cards import close_card, remember_card, validate_card
 from .connection import ConnectionMixin
-from .events import Avatar, Error, Event, HermesError, Invalid, Ready, Status, Typing
-from .request_frames import RequestsMixin
+from .events import Avatar, Error, Event, HermesError, Invalid, Ready, Resumed, Status, Typing
+from .journal import JournalMixin
 from .sending import SendingMixin
 
 __all__ = ["Client", "connect"]
@@ -38,12 +39,14 @@ log = logging.getLogger("hermes_mobile_client")
 E = TypeVar("E", bound=Event)
 
 # The answers to requests; each settles the request with its id.
-_ANSWER_TYPES = ("delivered", "push_subscribed", "push_unsubscribed", "push_sent")
+_ANSWER_TYPES = ("delivered", "push_subscribed", "push_unsubscribed", "push_sent", "history", "forgotten")
+# The frames of journal entries, which carry a seq (L57).
+_ENTRY_TYPES = ("message", "media", "prompt", "prompt_done")
 # After a fatal error the gateway closes the connection; if it has not after this, we do.
 _FATAL_CLOSE_GRACE = 2.0
 
 
-class Client(SendingMixin, RequestsMixin, ConnectionMixin):
+class Client(SendingMixin, JournalMixin, ConnectionMixin):
     """A Protocol v1 client with reconnects, an outbox and reassembly. See the README.
 
     Create it with `connect(...)` and use it as `async with`; iterate it for events.
@@ -55,7 +58,11 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
         self.start()
         return self
 
-    async def __aexit__(self, *exc: object) -> None:
+    async def __aexit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:
+            # The application failed while holding an event: it has not handled it, so its
+            # seq is not kept and the next run gets it again (journal.py).
+            self._seq_pending = None
         await self.close()
 
     def start(self) -> None:
@@ -87,7 +94,9 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
 
     async def close(self) -> None:
         """Closes the connection for good; state `closed`. Queued messages stay queued
-        until `start()`; awaiting their ids raises `closed`."""
+        until `start()`; awaiting their ids raises `closed`. The seq of the last event
+        taken counts as handled (`seq`, `seq_file`)."""
+        self._commit_seq()
         was_running = self._runner is not None and not self._runner.done()
         self._stopped = True
         ws = self._ws
@@ -145,7 +154,9 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
         signal = self._signals()[0]
         while True:
             if self._events:
-                return self._events.popleft()
+                ev = self._events.popleft()
+                self._hand_over(ev)
+                return ev
             if self._finished:
                 raise StopAsyncIteration
             signal.clear()
@@ -203,6 +214,10 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
 
     def _handle(self, f: dict[str, Any], ws: ClientConnection, conn: int) -> None:
         t = u.lowercase(f.get("t"))
+        if not self._is_ready and t not in ("ready", "error"):
+            return  # nothing comes before ready; after a ready this client dropped, nothing counts
+        if t in _ENTRY_TYPES:
+            self._note_seq(f)
         if t == "ready":
             self._on_ready(f, ws, conn)
         elif t == "pong":
@@ -224,12 +239,22 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
             self._emit(Typing(f.get("stop") is not True))
         elif t == "error":
             self._on_error(f, ws, conn)
+        elif t == "received":
+            self._on_received(f, conn)
+        elif t == "resumed":
+            n = u.as_int(f.get("seq"))
+            self._emit(Resumed(n if n is not None and n >= 0 else 0))
         elif t in _ANSWER_TYPES:
             self._on_answer(t, f)
         # other types are ignored (protocol "Versioning")
 
     def _on_ready(self, f: dict[str, Any], ws: ClientConnection, conn: int) -> None:
-        self.ready = self._take_ready(f)
+        ready = self._take_ready(f)
+        if not self._journal_ready(ready.seq):
+            self._drop_reason = "reconnect"  # at once, resuming from 0
+            self._spawn(self._close_ws(ws))
+            return
+        self.ready = ready
         self._is_ready = True
         self._attempt = 0
         loop = asyncio.get_running_loop()
@@ -253,6 +278,7 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
         assert isinstance(dev, dict)
         dev_id = dev.get("id") if isinstance(dev.get("id"), str) else self.device_id
         self.device_id = str(dev_id)  # H4: keep the id the gateway uses
+        seq = u.as_int(f.get("seq"))
         return Ready(
             v=u.as_int(f.get("v")) or 1,
             session=f["session"] if isinstance(f.get("session"), str) else "",
@@ -260,6 +286,7 @@ class Client(SendingMixin, RequestsMixin, ConnectionMixin):
             device_name=dev["name"] if isinstance(dev.get("name"), str) else self.device_id,
             avatar_url=f["avatar_url"] if isinstance(f.get("avatar_url"), str) else "",
             capabilities=caps,
+            seq=seq if seq is not None and seq >= 0 else None,
         )
 
     def _on_error(self, f: dict[str, Any], ws: ClientConnection, conn: int) -> None:

@@ -146,6 +146,9 @@ class ConnectionMixin(ClientCore):
         hello: dict[str, Any] = {"t": "hello", "id": u.new_id("h"), "token": self.token, "device": device}
         if self.user:
             hello["user"] = self.user
+        # Issue 24: always; a gateway without a journal ignores it (G5, L56). journal.py.
+        self._resume_sent = self._seq_seen
+        hello["resume"] = {"after": self._seq_seen}
         return hello
 
     async def _keepalive(self, ws: ClientConnection, conn: int) -> None:

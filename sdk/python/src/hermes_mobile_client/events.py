@@ -52,13 +52,17 @@ class Ready:
     device_name: str
     avatar_url: str
     capabilities: dict[str, Any]
+    seq: int | None = None
+    """The device's latest journal seq (0: none yet); None from a gateway without a
+    journal (L56). `capabilities["history"]` is there when it keeps history."""
 
 
 @dataclass(frozen=True)
 class Message:
     """An agent message, whole: the chunks of a version joined (M1) and the latest version
     of a streamed message (M2). One event per complete version; `final` on the last one.
-    `key` is `id`, or `id#n` when an id comes again after its message was final."""
+    `key` is `id`, or `id#n` when an id comes again after its message was final. `seq` is
+    its journal seq (issue 24), None from a gateway without a journal."""
 
     id: str
     text: str
@@ -66,6 +70,7 @@ class Message:
     edit: bool = False
     version: int = 1
     key: str = ""
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,9 @@ class MediaProgress:
 class Media:
     """An incoming file, reassembled from its chunks. `data` holds its bytes, unless the
     client was given a `media_dir`: then it is saved there and `path` names the file (and
-    `data` is None). A file sent as a link has `url` and neither."""
+    `data` is None). A file sent as a link has `url` and neither. A file replayed after a
+    resume, or from `history()`, whose bytes the gateway no longer keeps has none of the
+    three (L58); from history it may have `url`, fetched with the token (L59)."""
 
     id: str
     kind: str
@@ -97,6 +104,7 @@ class Media:
     data: bytes | None = field(default=None, repr=False)
     path: Path | None = None
     url: str | None = None
+    seq: int | None = None
 
     def read(self) -> bytes:
         """The file's bytes, from `data` or from the saved `path`."""
@@ -104,7 +112,9 @@ class Media:
             return self.data
         if self.path is not None:
             return self.path.read_bytes()
-        raise HermesError("no_data", "this media is a link; fetch its url")
+        if self.url is not None:
+            raise HermesError("no_data", "this media is a link; fetch its url")
+        raise HermesError("no_data", "the gateway no longer keeps this file's bytes")
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,9 @@ class Card:
     `done` or `expired`, kept up to date by the client. `repeat` is true when an open card
     is sent again after a reconnect (H5). `hidden_chars` is true when `text`, `command`,
     `description` or a label holds a hidden character (the gateway's flag, or this client's
-    own check): show the card through `reveal_hidden_chars` with a warning (issue 23)."""
+    own check): show the card through `reveal_hidden_chars` with a warning (issue 23).
+    `seq` is its journal seq (its opening's; in `history()`, its latest change's), and
+    `answered` the option it closed with, once known (a CardDone, or a history item)."""
 
     id: str
     kind: str
@@ -137,6 +149,8 @@ class Card:
     state: str = "open"
     repeat: bool = False
     hidden_chars: bool = False
+    seq: int | None = None
+    answered: str | None = None
 
     def option(self, option_id: str) -> CardOption | None:
         return next((o for o in self.options if o.id == option_id.lower()), None)
@@ -145,13 +159,14 @@ class Card:
 @dataclass(frozen=True)
 class CardDone:
     """A card closed: answered (`option_id`, the option the gateway applied, and its
-    `label`) or `expired`."""
+    `label`) or `expired`. `seq` is the journal seq of its closing."""
 
     id: str
     option_id: str | None
     expired: bool
     label: str | None = None
     card: Card | None = None
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -191,10 +206,14 @@ class UploadProgress:
 
 @dataclass(frozen=True)
 class Confirmed:
-    """The gateway has read a message (text, audio, file, card answer)."""
+    """The gateway has the message (text, audio, file, card answer). With a journal, on a
+    resumed connection, a text, voice note or file is confirmed by the gateway's `received`:
+    it is on disk, at journal seq `seq` (L58). Otherwise (card answers; gateways without a
+    journal) by the `pong` to a ping sent after it: the gateway has read it; `seq` is None."""
 
     id: str
     type: str
+    seq: int | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +233,55 @@ class Unsent:
 
     id: str
     type: str
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """The replay that a resume asked for is over (`resumed`, L58): every journal entry
+    changed after the client's seq has come; live frames follow. `seq` is the device's
+    latest."""
+
+    seq: int
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    """A history item the person sent from this device (`from: user`, L59): `type` is
+    `text` (with `text`), `audio` (`format`, `size`, maybe `text`: a transcript) or `media`
+    (`kind`, `mime`, `filename`, `size`, maybe `caption` and `url`). No bytes."""
+
+    id: str
+    type: str
+    seq: int
+    text: str = ""
+    format: str = ""
+    kind: str = ""
+    mime: str = ""
+    filename: str = ""
+    size: int = 0
+    caption: str = ""
+    url: str | None = None
+
+
+HistoryItem: TypeAlias = Message | Media | Card | UserMessage
+"""One journal entry in a `History` page: the agent's message (whole, its latest version),
+a file from the agent (metadata; `url` while the gateway keeps the bytes), a card (open,
+or closed with `state` and `answered`), or the person's own `UserMessage`."""
+
+
+@dataclass(frozen=True)
+class History:
+    """A page of the device's journal from `history()`: `items` oldest first, each with its
+    `seq`; `more` when older entries remain. Ask for them with
+    `history(before=page.next_before)`."""
+
+    items: tuple[HistoryItem, ...]
+    more: bool
+
+    @property
+    def next_before(self) -> int | None:
+        """The `before` of the next (older) page: the first item's seq."""
+        return self.items[0].seq if self.items else None
 
 
 @dataclass(frozen=True)
@@ -250,5 +318,6 @@ Event: TypeAlias = (
     | Confirmed
     | Rejected
     | Unsent
+    | Resumed
     | Invalid
 )

@@ -1,6 +1,10 @@
 """The outbox: every message (text, audio, file, card answer) goes through it, in order,
-one at a time. It keeps a message until the gateway confirms it (a `pong` after it), sends
-it again with the same id after a reconnect (I1/I2), and holds it while offline."""
+one at a time. It keeps a message until the gateway confirms it, sends it again with the
+same id after a reconnect (I1/I2), and holds it while offline.
+
+The confirmation is the gateway's `received` for a text, voice note or file on a
+connection that resumed from a journal (it is on disk, L58), else the `pong` to a ping
+sent after the message (the gateway answers in order, so it has read the message)."""
 
 from __future__ import annotations
 
@@ -20,6 +24,9 @@ from .events import Confirmed, HermesError, Rejected, Unsent
 from .upload import ProgressCallback, media_part_frames, upload_progress
 
 log = logging.getLogger("hermes_mobile_client")
+
+# What `received` confirms (L58); card answers are confirmed by a pong.
+RECEIVED_TYPES = ("text", "audio", "media")
 
 # Outcomes of messages that left the outbox, for `wait_confirmed` on an old id: a bounded
 # memory, trimmed by the oldest.
@@ -64,6 +71,7 @@ class OutboxEntry:
     rejected: bool = False
     active_at: float = 0.0
     ack_seq: int = 0  # the ping whose pong confirms it
+    by_received: bool = False  # confirmed by `received` instead, on that connection
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
 
 
@@ -104,10 +112,12 @@ class OutboxMixin(ClientCore):
                 ok = await self._transmit(e, ws, conn)
                 if not ok or conn != self._conn:
                     return  # lost mid-way: sent again after the next ready
-                if e.rejected:
+                if e.rejected or e.confirmed:  # `received` may come before the send returns
                     continue
                 e.done = True
-                e.ack_seq = await self._ping(ws)  # the pong confirms it
+                e.by_received = self._by_received and e.type in RECEIVED_TYPES
+                if not e.by_received:
+                    e.ack_seq = await self._ping(ws)  # the pong confirms it
             except ConnectionClosed:
                 return
 
@@ -164,14 +174,25 @@ class OutboxMixin(ClientCore):
         # The gateway answers frames in order: a pong proves it read everything sent
         # before that ping on this connection.
         for e in list(self._outbox):
-            if not e.confirmed and e.conn == conn and e.done and e.ack_seq <= ts:
-                e.confirmed = True
-                if e.type == "media":
-                    self._progress(e, len(e.data))
-                self._emit(Confirmed(e.id, e.type))
-                self._settle_waiters(e, None)
-                if not self.resend_confirmed:
-                    self._outbox.remove(e)
+            if not e.confirmed and e.conn == conn and e.done and not e.by_received and e.ack_seq <= ts:
+                self._confirm(e, None)
+
+    def _on_received(self, f: dict[str, Any], conn: int) -> None:
+        """`received`: the message with this id is in the journal at `seq` (L58); again,
+        with the same seq, for a re-sent one."""
+        mid, seq = f.get("id"), u.as_seq(f.get("seq"))
+        e = next((x for x in self._outbox if x.id == mid and x.conn == conn and not x.confirmed), None)
+        if e is not None and seq is not None:
+            self._confirm(e, seq)
+
+    def _confirm(self, e: OutboxEntry, seq: int | None) -> None:
+        e.confirmed = True
+        if e.type == "media":
+            self._progress(e, len(e.data))
+        self._emit(Confirmed(e.id, e.type, seq))
+        self._settle_waiters(e, None)
+        if seq is not None or not self.resend_confirmed:
+            self._outbox.remove(e)
 
     def _resend_or_give_up(self, now: float) -> None:
         """After `ready`. I1/I2: sent but unconfirmed messages active within the window go
@@ -180,7 +201,8 @@ class OutboxMixin(ClientCore):
         for e in list(self._outbox):
             recent = bool(e.active_at) and now - e.active_at <= self.resend_window
             if e.confirmed:
-                if self.resend_confirmed and recent:
+                # `received` means on disk: with a journal a confirmed message never goes again.
+                if self.resend_confirmed and recent and not self._by_received:
                     e.confirmed = False
                 else:
                     self._outbox.remove(e)

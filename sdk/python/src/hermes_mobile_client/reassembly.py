@@ -67,7 +67,10 @@ class MessageAssembler:
         fin = f.get("final")
         m.final = fin is True or (fin is None and not edit)
         key = f"{mid}#{m.gen}" if m.gen else mid
-        self._emit(Message(id=mid, text=m.text, final=m.final, edit=edit, version=m.version, key=key))
+        seq = u.as_seq(f.get("seq"))  # all chunks of a version carry the same (L57)
+        self._emit(
+            Message(id=mid, text=m.text, final=m.final, edit=edit, version=m.version, key=key, seq=seq)
+        )
 
     def _state_for(self, mid: str, edit: bool, index: int) -> _MessageState:
         m = self._messages.get(mid)
@@ -115,11 +118,16 @@ class MediaAssembler:
         if not isinstance(mid, str) or not mid:
             self._emit(Invalid("media without id", {"t": "media"}))
             return
-        meta = _media_meta(f, mid)
+        meta = media_meta(f, mid)
         data = f.get("data")
         if not isinstance(data, str) and isinstance(f.get("url"), str):
             self._downloads.pop(mid, None)
             self._emit(Media(**meta, url=f["url"]))
+            return
+        if not isinstance(data, str) and meta["seq"] is not None:
+            # A journaled file whose bytes the gateway no longer keeps (L58): its metadata.
+            self._downloads.pop(mid, None)
+            self._emit(Media(**meta))
             return
         if not isinstance(data, str):
             self._emit(Invalid("media without data or url", {"t": "media", "id": mid}))
@@ -176,7 +184,7 @@ class MediaAssembler:
             self._emit(Media(**info, data=blob))
 
 
-def _media_meta(f: dict[str, Any], mid: str) -> dict[str, Any]:
+def media_meta(f: dict[str, Any], mid: str) -> dict[str, Any]:
     """The fields of a `Media` event that every part repeats."""
     kind = u.lowercase(f.get("kind"))
     size = u.as_int(f.get("size"))
@@ -188,6 +196,7 @@ def _media_meta(f: dict[str, Any], mid: str) -> dict[str, Any]:
         "caption": u.str_field(f, "caption"),
         "size": size if size is not None and size >= 0 else 0,
         "reply_to": f["reply_to"] if isinstance(f.get("reply_to"), str) else None,
+        "seq": u.as_seq(f.get("seq")),
     }
 
 

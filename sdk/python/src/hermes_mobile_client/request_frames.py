@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -26,14 +26,23 @@ class PendingRequest:
 
 
 class RequestsMixin(ClientCore):
-    async def _request(self, frame: dict[str, Any], answer: str, timeout: float | None) -> dict[str, Any]:
+    async def _request(
+        self,
+        frame: dict[str, Any],
+        answer: str,
+        timeout: float | None,
+        check: Callable[[], None] | None = None,
+    ) -> dict[str, Any]:
         """Waits to be online (within the timeout), sends `frame` and returns the answer.
         Not queued: a connection lost before the answer raises `offline` (retrying with
-        the same id is safe: the gateway deduplicates deliveries, S4)."""
+        the same id is safe: the gateway deduplicates deliveries, S4). `check`, once
+        online, may raise instead of sending (what `ready` said the gateway cannot do)."""
         limit = self.request_timeout if timeout is None else timeout
 
         async def go() -> dict[str, Any]:
             await self._until_online()
+            if check is not None:
+                check()
             ws = self._ws
             if ws is None:
                 raise HermesError("offline", "not connected to the gateway")
@@ -64,8 +73,8 @@ class RequestsMixin(ClientCore):
             r.future.set_result(frame or {})
 
     def _on_answer(self, t: str, f: dict[str, Any]) -> None:
-        """An answer frame (`delivered`, `push_*`): settles the request with its id, when
-        that request expects this type."""
+        """An answer frame (`delivered`, `push_*`, `history`, `forgotten`): settles the
+        request with its id, when that request expects this type."""
         rid = f.get("id")
         r = self._requests.get(rid) if isinstance(rid, str) else None
         if r is not None and r.answer == t and isinstance(rid, str):
