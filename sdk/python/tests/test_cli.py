@@ -163,11 +163,16 @@ class Terminal:
             os.close(self.fd)
 
 
+def start_chat(gateway: Gateway, tmp_path: Path, dev: str) -> Terminal:
+    argv = [sys.executable, "-m", "hermes_mobile_client", "chat", "--url", gateway.url]
+    argv += ["--token", TOKEN, "--device", dev]
+    # Its seq file goes under XDG_STATE_HOME: here, not in the home of whoever runs the tests.
+    return Terminal(argv, child_env(tmp_path, {"XDG_STATE_HOME": str(tmp_path / "state")}), tmp_path)
+
+
 @pytest.fixture
 def chat(gateway: Gateway, tmp_path: Path) -> Iterator[Terminal]:
-    argv = [sys.executable, "-m", "hermes_mobile_client", "chat", "--url", gateway.url]
-    argv += ["--token", TOKEN, "--device", device("tty")]
-    term = Terminal(argv, child_env(tmp_path), tmp_path)
+    term = start_chat(gateway, tmp_path, device("tty"))
     try:
         yield term
     finally:
@@ -204,3 +209,33 @@ def test_the_terminal_chat(chat: Terminal, tmp_path: Path) -> None:
 
     chat.type("/quit")
     assert chat.proc.wait(timeout=10) == 0
+
+
+def test_the_chat_started_again_shows_only_what_it_missed(gateway: Gateway, tmp_path: Path) -> None:
+    dev = device("again")
+    first = start_chat(gateway, tmp_path, dev)
+    try:
+        first.expect(r"\* online as ")
+        first.type("said before")
+        first.expect(r"agent: echo: said before\r?\n")
+        first.type("/quit")
+        assert first.proc.wait(timeout=10) == 0
+    finally:
+        first.close()
+    assert (tmp_path / "state" / "hermes-mobile-client" / f"{dev}.seq").is_file()
+
+    async def while_away() -> None:  # a reply the chat was not there for
+        async with connect(gateway.url, token=TOKEN, device_id=dev) as other:
+            other.send_text("said elsewhere")
+            await other.wait_for(Message, lambda m: m.text == "echo: said elsewhere", timeout=10)
+
+    asyncio.run(asyncio.wait_for(while_away(), 20))
+    again = start_chat(gateway, tmp_path, dev)
+    try:
+        again.expect(r"\* online as ")
+        again.expect(r"agent: echo: said elsewhere\r?\n")
+        again.type("and now")
+        again.expect(r"agent: echo: and now\r?\n")
+        assert "said before" not in again.out, "what it showed before is not shown again"
+    finally:
+        again.close()

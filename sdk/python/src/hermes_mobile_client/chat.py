@@ -27,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import TextIO
 
+from . import _util as u
 from .client import Client
 from .events import (
     Card,
@@ -73,6 +74,13 @@ def default_device_id() -> str:
         who = "user"
     digest = hashlib.sha256(f"{socket.gethostname()}:{who}".encode()).hexdigest()
     return f"term-{digest[:16]}"
+
+
+def default_seq_file(device_id: str) -> Path:
+    """Where the chat keeps its journal seq (issue 24), so that a new start shows only what
+    it missed: $XDG_STATE_HOME/hermes-mobile-client/<device>.seq (~/.local/state/…)."""
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "hermes-mobile-client" / f"{u.sanitize_filename(device_id)}.seq"
 
 
 class Chat:
@@ -335,17 +343,29 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--save-dir", default="received", help="where received files are saved [default: ./%(default)s]"
     )
+    p.add_argument(
+        "--seq-file",
+        help="where the journal seq is kept, so a new start shows only what it missed; '' for none"
+        " (every start then shows the whole journal) [default: ~/.local/state/hermes-mobile-client/"
+        "<device>.seq]",
+    )
     return p
 
 
 async def run_chat(args: argparse.Namespace, token: str) -> int:
+    device_id = args.device or default_device_id()
+    seq_file = Path(args.seq_file) if args.seq_file else None
+    if args.seq_file is None:
+        seq_file = default_seq_file(device_id)
+        seq_file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     client = Client(
         args.url,
         token=token,
-        device_id=args.device or default_device_id(),
+        device_id=device_id,
         device_name=args.name,
         platform="terminal",
         media_dir=args.save_dir,
+        seq_file=seq_file,
     )
     async with client:
         return await Chat(client, sys.stdout, Path(args.save_dir)).run()
