@@ -309,22 +309,36 @@ def test_history_pages_back_through_the_conversation(gateway: Gateway) -> None:
     assert (audio.format, audio.size) == ("wav", 104)
 
 
-def test_forget_empties_history_and_seqs_go_on(gateway: Gateway, tmp_path: Path) -> None:
+def test_forget_keeps_only_open_cards_and_seqs_go_on(gateway: Gateway, tmp_path: Path) -> None:
     async def scenario() -> None:
         async with connect(
             gateway.url, token=TOKEN, device_id=device("forget"), seq_file=tmp_path / "s"
         ) as c:
             c.send_text("forget me")
             reply = await c.wait_for(Message, lambda m: m.text == "echo: forget me", timeout=10)
-            assert len((await c.history()).items) == 2
+            c.send_text("/approve rm -r build")
+            card = await c.wait_for(Card, timeout=10)
+            before = await c.history()
+            kept = before.items[-1]
+            assert isinstance(kept, Card)
+            assert 0 < kept.timeout_seconds <= card.timeout_seconds, "the seconds it has left"
+            assert [summary(i) for i in before.items] == [
+                ("user", "text", "forget me"),
+                ("message", "echo: forget me", True),
+                ("user", "text", "/approve rm -r build"),
+                ("card", "exec_approval", "rm -r build", "open", None, kept.timeout_seconds),
+            ]
             await c.forget()
             page = await c.history()
-            assert (page.items, page.more) == ((), False)
+            assert [summary(i) for i in page.items] == [summary(kept)], "L60: open cards stay"
+            assert not page.more
             mid = c.send_text("still here")
             ok = await c.wait_for(Confirmed, lambda x: x.id == mid, timeout=10)
             assert reply.seq is not None
             assert ok.seq is not None
             assert ok.seq > reply.seq, "L60: seqs never go back"
+            c.answer(card, "deny")
+            await c.wait_for(Message, lambda m: m.text == "denied: rm -r build", timeout=10)
 
     run(scenario())
 
