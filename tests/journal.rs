@@ -422,3 +422,18 @@ fn a_message_reaches_the_agent_only_after_its_commit_so_never_twice() {
     h.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
     assert!(received_ids(&mut h).is_empty());
 }
+
+#[test]
+fn a_failed_reservation_is_asked_again_once_not_in_a_loop() {
+    // Found by the fuzzer: a failure up to "every ticket" re-failed its own retry forever.
+    let mut h = harness();
+    h.auto_commit = false;
+    let phone = h.open();
+    h.hello(phone, "tel-1");
+    h.take(phone);
+    h.fail_commit();
+    h.agent(reply("tel-1", "r1", "after the failure", true));
+    assert!(h.take(phone).is_empty(), "the frame waits for the new reservation");
+    h.commit();
+    assert_eq!(only(h.take(phone), "message")[0]["text"], "after the failure");
+}

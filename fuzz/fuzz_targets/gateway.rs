@@ -10,6 +10,7 @@ use arbitrary::Arbitrary;
 use hermes_mobile::{
     AgentCommand, Config, ConnId, DeviceId, Gateway, MessageId, Output, Peer, PromptId, PromptRequest, Time,
 };
+use hermes_mobile::journal::memory::MemoryJournal;
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -61,6 +62,12 @@ enum Op {
         device: u8,
         state: u8,
     },
+    /// The journal (issue 24): the store commits, fails, or the process restarts from it.
+    Commit,
+    FailCommit,
+    Restart {
+        killed: bool,
+    },
 }
 
 const TOKENS: [&str; 3] = ["app-token", "bound-token", "cron-token"];
@@ -68,7 +75,7 @@ const P256DH: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBH
 
 fn known(which: u8, x: u8) -> String {
     let id = format!("i{}", x % 6);
-    match which % 11 {
+    match which % 14 {
         0 => format!(r#"{{"t":"text","id":"{id}","text":"hi {x}"}}"#),
         1 => format!(
             r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#,
@@ -86,6 +93,14 @@ fn known(which: u8, x: u8) -> String {
             if x % 2 == 0 { "fcm.googleapis.com" } else { "evil.example" }
         ),
         9 => format!(r#"{{"t":"push_{}","id":"{id}"}}"#, if x % 2 == 0 { "test" } else { "unsubscribe" }),
+        // issue 24: history pages, forget, and hellos that resume after a seq.
+        11 => format!(r#"{{"t":"history","id":"{id}","before":{},"limit":{}}}"#, x % 40, x % 7),
+        12 => format!(r#"{{"t":"forget","id":"{id}"}}"#),
+        13 => format!(
+            r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}},"resume":{{"after":{}}}}}"#,
+            x % 3,
+            x / 3 % 30
+        ),
         _ => format!(
             r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}}}}"#,
             x % 3
@@ -99,11 +114,19 @@ fuzz_target!(|ops: Vec<Op>| {
     config.deliver_tokens = vec![TOKENS[2].into()];
     let hosts = hermes_mobile::push::AllowList::new([]).expect("the built-in list parses");
     config.push = Some(hermes_mobile::push::PushConfig::new(P256DH, hosts));
+    let history = ops.len() % 2 == 0;
+    config.journal = Some(hermes_mobile::journal::JournalConfig {
+        history,
+        items: 5000,
+        days: 30,
+    });
+    let mut journal = MemoryJournal::new(history);
     let mut gw = Gateway::new(config);
     let mut now = Time::ZERO;
     let mut conns: Vec<ConnId> = Vec::new();
     let mut closed: HashSet<ConnId> = HashSet::new();
     let mut next = 0u64;
+    let mut reads = Vec::new();
     let pick = |conns: &[ConnId], i: u8| conns.get(usize::from(i) % conns.len().max(1)).copied();
 
     for op in ops.iter().take(200) {
@@ -199,6 +222,26 @@ fuzz_target!(|ops: Vec<Op>| {
                     },
                 );
             }
+            Op::Commit => {
+                if let Some(ticket) = journal.commit() {
+                    gw.handle_journal_committed(now, ticket);
+                }
+            }
+            Op::FailCommit => {
+                journal.crash();
+                gw.handle_journal_failed(now, u64::MAX);
+            }
+            Op::Restart { killed } => {
+                if *killed {
+                    journal.crash();
+                } else {
+                    journal.commit();
+                }
+                let config = gw.config().clone();
+                gw = Gateway::new(config);
+                gw.restore(now, journal.snapshot());
+                closed.extend(conns.drain(..));
+            }
             Op::Avatar { device, state } => {
                 let state = ["idle", "thinking", "speaking", "weird"][usize::from(*state % 4)].to_owned();
                 let _ = gw.handle_agent(
@@ -221,6 +264,12 @@ fuzz_target!(|ops: Vec<Op>| {
                 }
                 Output::Authenticated { conn, .. } => assert!(!closed.contains(&conn)),
                 Output::Notify(_) | Output::PushChanged => {}
+                Output::Journal(record) => journal.apply(record),
+                Output::JournalRead { token, read } => reads.push((token, journal.read(&read))),
+            }
+            // Reads are answered after the outputs before them, as the store's thread does.
+            for (token, result) in reads.drain(..) {
+                gw.handle_journal_read(now, token, Ok(result));
             }
         }
         while gw.poll_event().is_some() {}

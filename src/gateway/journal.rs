@@ -274,6 +274,8 @@ impl Gateway {
         self.now = self.now.max(now);
         // The person's messages still reach the agent (at least once beats never); only
         // `received` is not sent, so the client keeps it until a later confirmation.
+        // Only what waits now failed: a reservation asked again below gets a new ticket.
+        let ticket = self.journal.as_ref().map_or(0, |j| j.next_ticket.min(ticket));
         self.open_gate(ticket);
         while let Some(waiting) = self.pop_waiting(ticket) {
             match waiting {
