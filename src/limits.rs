@@ -70,3 +70,5 @@ pub const CLOSE_POLICY: u16 = 1008;
 pub const CLOSE_NORMAL: u16 = 1000;
 /// WebSocket close code for "going away" (shutdown, keep-alive, decisions K2).
 pub const CLOSE_GOING_AWAY: u16 = 1001;
+/// RFC 6455 1013 "try again later": the journal is slow to answer (issue 24).
+pub const CLOSE_TRY_AGAIN: u16 = 1013;

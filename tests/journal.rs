@@ -437,3 +437,30 @@ fn a_failed_reservation_is_asked_again_once_not_in_a_loop() {
     h.commit();
     assert_eq!(only(h.take(phone), "message")[0]["text"], "after the failure");
 }
+
+#[test]
+fn frames_waiting_behind_a_stalled_journal_are_bounded() {
+    // A disk that stalls (an SD card's fsync) must not let frames grow without bound: past
+    // 4 MiB the connection is closed with 1013 and resumes later; output goes to the hold.
+    let mut h = harness();
+    h.auto_commit = false;
+    let phone = h.open();
+    h.hello(phone, "tel-1");
+    h.take(phone);
+    let big = "x".repeat(1024 * 1024);
+    for i in 0..5 {
+        let _ = h.try_agent(reply("tel-1", &format!("r{i}"), &big, true));
+    }
+    assert_eq!(h.closed.get(&phone).map(|c| c.0), Some(1013));
+    assert!(h.take(phone).is_empty(), "what waited is dropped, not flushed");
+    h.commit();
+    let (_, frames) = hello_resume(&mut h, "tel-1", 0);
+    h.commit();
+    let _ = frames;
+    let (_, frames) = hello_resume(&mut h, "tel-1", 0);
+    assert_eq!(
+        only(frames, "message").len(),
+        5 * 300,
+        "every reply is kept and resumed"
+    );
+}

@@ -372,7 +372,10 @@ impl Gateway {
         let frames = self
             .conns
             .get_mut(&conn)
-            .and_then(|c| c.held_back.take())
+            .and_then(|c| {
+                c.held_back_bytes = 0;
+                c.held_back.take()
+            })
             .unwrap_or_default();
         for frame in frames {
             self.outputs.push_back(Output::Send { conn, frame });

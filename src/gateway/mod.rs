@@ -112,11 +112,16 @@ struct Conn {
     stall_slot: Option<Time>,
     /// Frames waiting behind a replay or a seq reservation (issue 24, L57, L58).
     held_back: Option<Vec<String>>,
+    held_back_bytes: usize,
     /// Its `resume` replay is being read.
     replaying: bool,
     /// It sent `resume`: it gets `received` and `resumed` (L58).
     resumed: bool,
 }
+
+/// Frames one connection may have waiting behind a replay or a seq reservation (L58):
+/// past it, it is closed with 1013 to resume later.
+const MAX_HELD_BACK_BYTES: usize = 4 * 1024 * 1024;
 
 /// The timer heap is never swept below this many entries.
 const TIMERS_COMPACT_MIN: usize = 1024;
@@ -240,6 +245,7 @@ impl Gateway {
                 uploads: Uploads::default(),
                 stall_slot: None,
                 held_back: None,
+                held_back_bytes: 0,
                 replaying: false,
                 resumed: false,
             },
@@ -360,8 +366,21 @@ impl Gateway {
     }
 
     fn send(&mut self, conn: ConnId, frame: String) {
-        if let Some(waiting) = self.conns.get_mut(&conn).and_then(|c| c.held_back.as_mut()) {
-            return waiting.push(frame);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return; // closed meanwhile (a reply's chunks after a close for a stalled journal)
+        };
+        if c.held_back.is_some() {
+            c.held_back_bytes += frame.len();
+            if c.held_back_bytes <= MAX_HELD_BACK_BYTES {
+                c.held_back.get_or_insert_with(Vec::new).push(frame);
+                return;
+            }
+            // A disk that stalls must not let one device's frames grow without bound: what
+            // is kept is in the journal and a resume gets it; what comes next is held.
+            log::warn!("{conn:?}: over {MAX_HELD_BACK_BYTES} bytes wait behind the journal; closed to resume later");
+            c.held_back = None;
+            self.close(conn, crate::limits::CLOSE_TRY_AGAIN, "journal busy");
+            return;
         }
         self.outputs.push_back(Output::Send { conn, frame });
     }
