@@ -22,6 +22,9 @@ const AVATAR_STATES = ['idle', 'thinking', 'speaking'];
 const UPLOAD_KINDS = ['image', 'video', 'document', 'audio'];
 const DOWNLOAD_KINDS = ['image', 'voice', 'video', 'document', 'animation'];
 const FATAL_AUTH = ['auth_failed', 'forbidden'];
+// What a journal's `received` confirms (L58); a card's answer is still confirmed by a pong.
+const RECEIVED_TYPES = ['text', 'audio', 'media'];
+export const HISTORY_MAX_LIMIT = 200; // L59: a larger `limit` is cut to this
 
 /** An error with a protocol-style `code` (too_big, bad_frame, prompt_closed, …). */
 export class HermesError extends Error {
@@ -241,6 +244,7 @@ export class HermesClient extends EventTarget {
       typingIntervalMs: opts.typingIntervalMs ?? 2000,
       requestTimeoutMs: opts.requestTimeoutMs ?? 15000,
       wakeCheckMs: opts.wakeCheckMs ?? 5000,
+      seqStore: opts.seqStore || null,
       WebSocket: opts.WebSocket || globalThis.WebSocket,
     };
     // Fail here, not in a retry loop: Node before 22 has no global WebSocket and no location.
@@ -277,6 +281,13 @@ export class HermesClient extends EventTarget {
     this._lastTyping = 0;
     this._requests = new Map(); // frame id → a request waiting for its answer (push_*)
     this._wakeTimer = null;
+    // The journal (issue 24): the highest seq this client has kept, sent back as
+    // `hello.resume.after` so the gateway replays exactly what came after it.
+    this.seq = 0;
+    this._seqState = this.opts.seqStore ? 'unread' : 'read'; // unread → reading → read
+    this._resumeAfter = 0; // what this connection's hello said
+    this.journal = false; // the last `ready` carried `seq`: `received` confirms, `resume` works
+    this.replaying = false; // between such a `ready` and its `resumed`
   }
 
   // ---- connection -------------------------------------------------------------------
@@ -291,7 +302,44 @@ export class HermesClient extends EventTarget {
     clearTimeout(this._retryTimer);
     this._retryTimer = null;
     this._watch();
-    if (!this._ws) this._open();
+    if (this._seqState === 'unread') this._readSeq();
+    else if (!this._ws) this._open();
+  }
+
+  // Reads the application's seq (option seqStore) once, before the first hello; a store that
+  // fails counts as 0 (everything is replayed: more than needed, never less).
+  _readSeq() {
+    this._seqState = 'reading';
+    const done = (n) => {
+      if (Number.isInteger(n) && n > this.seq) this.seq = n;
+      this._seqState = 'read';
+      if (!this._stopped && !this._ws) this._open();
+    };
+    let n;
+    try {
+      n = this.opts.seqStore.load();
+    } catch {
+      n = 0;
+    }
+    if (n && typeof n.then === 'function') n.then(done, () => done(0));
+    else done(n);
+  }
+
+  // A seq this client now holds everything up to (a message with all its chunks, a whole
+  // file, a card, its closing): kept, and handed to the application's seqStore.
+  _kept(seq) {
+    if (!Number.isInteger(seq) || seq <= this.seq) return;
+    this.seq = seq;
+    this._saveSeq();
+  }
+
+  _saveSeq() {
+    const store = this.opts.seqStore;
+    if (!store) return;
+    try {
+      const r = store.save(this.seq);
+      if (r && typeof r.catch === 'function') r.catch(() => {});
+    } catch { /* the application's store; the next save tries again */ }
   }
 
   /**
@@ -390,6 +438,7 @@ export class HermesClient extends EventTarget {
   }
 
   _open() {
+    if (this._seqState !== 'read') return; // _readSeq opens when it has the seq
     const WS = this.opts.WebSocket;
     const conn = ++this._conn;
     this._isReady = false;
@@ -414,7 +463,9 @@ export class HermesClient extends EventTarget {
         platform: this.opts.platform,
         app_version: this.opts.appVersion,
       };
-      const hello = { t: 'hello', id: newId('h'), token: this.opts.token, device };
+      // Always sent: a gateway without a journal ignores it (G5), and `ready.seq` says which.
+      this._resumeAfter = this.seq;
+      const hello = { t: 'hello', id: newId('h'), token: this.opts.token, device, resume: { after: this.seq } };
       if (this.opts.user) hello.user = this.opts.user;
       this._lastRx = Date.now();
       this._sendRaw(hello);
@@ -458,6 +509,7 @@ export class HermesClient extends EventTarget {
     if (ws) ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
     this._ws = null;
     this._isReady = false;
+    this.replaying = false;
     clearInterval(this._pingTimer);
     clearTimeout(this._readyTimer);
     clearTimeout(this._wakeTimer);
@@ -527,6 +579,17 @@ export class HermesClient extends EventTarget {
     this.ready = f;
     const caps = f.capabilities && typeof f.capabilities === 'object' ? f.capabilities : {};
     this.capabilities = caps;
+    // L56: `seq` in `ready` means a journal; without it, a gateway as before (pongs confirm).
+    this.journal = Number.isInteger(f.seq) && f.seq >= 0;
+    this.replaying = this.journal;
+    if (this.journal && f.seq < this._resumeAfter) {
+      // Its latest seq is below ours: a new journal (a corrupt file was moved aside, L62).
+      // What it holds would never be replayed after our seq: start again from 0.
+      this.seq = 0;
+      this._saveSeq();
+      this._drop(conn, 0, 'journal reset');
+      return;
+    }
     if (Number.isInteger(caps.max_text_chars) && caps.max_text_chars > 0) this.maxTextChars = caps.max_text_chars;
     if (Number.isInteger(caps.max_media_bytes) && caps.max_media_bytes > 0) {
       this.maxMediaBytes = Math.min(caps.max_media_bytes, MAX_MEDIA_BYTES);
@@ -548,7 +611,8 @@ export class HermesClient extends EventTarget {
     for (const e of [...this._outbox]) {
       const recent = e.activeAt && now - e.activeAt <= this.opts.resendWindowMs;
       if (e.confirmed) {
-        if (this.opts.resendConfirmed && recent) e.confirmed = false;
+        // `received` means on disk: a journal never needs a confirmed message again.
+        if (this.opts.resendConfirmed && !this.journal && recent) e.confirmed = false;
         else this._remove(e);
       } else if (e.activeAt && !recent) {
         this._remove(e);
@@ -562,6 +626,8 @@ export class HermesClient extends EventTarget {
       device: f.device,
       avatarUrl: typeof f.avatar_url === 'string' ? f.avatar_url : '',
       capabilities: caps,
+      seq: this.journal ? f.seq : null,
+      resumeAfter: this.journal ? this._resumeAfter : null,
     });
     this._pump(); // the re-sends first, then what was queued while offline
   }
@@ -601,6 +667,16 @@ export class HermesClient extends EventTarget {
       case 'error':
         this._onError(f, conn);
         break;
+      case 'received':
+        this._onReceived(f);
+        break;
+      case 'resumed':
+        // L58: the replay is over; what follows is live.
+        this.replaying = false;
+        this._emit('resumed', { seq: Number.isInteger(f.seq) ? f.seq : null, after: this._resumeAfter });
+        break;
+      case 'history':
+      case 'forgotten':
       case 'push_subscribed':
       case 'push_unsubscribed':
       case 'push_sent': {
@@ -618,13 +694,21 @@ export class HermesClient extends EventTarget {
     // The gateway answers frames in order: a pong proves it read everything sent before
     // that ping on this connection.
     for (const e of [...this._outbox]) {
-      if (!e.confirmed && e.conn === conn && e.done && e.ackSeq <= ts) {
-        e.confirmed = true;
-        if (e.type === 'media') this._progress(e, e.size, e.size);
-        this._emit('confirmed', { id: e.id, type: e.type });
-        if (!this.opts.resendConfirmed) this._remove(e);
-      }
+      if (!e.confirmed && e.conn === conn && e.done && e.ackSeq <= ts) this._confirm(e, null);
     }
+  }
+
+  // L58: the message is on the gateway's disk (a repeat of its id gets `received` again).
+  _onReceived(f) {
+    const e = typeof f.id === 'string' && this._outbox.find((x) => x.id === f.id && !x.confirmed);
+    if (e) this._confirm(e, Number.isInteger(f.seq) ? f.seq : null);
+  }
+
+  _confirm(e, seq) {
+    e.confirmed = true;
+    if (e.type === 'media') this._progress(e, e.size, e.size);
+    this._emit('confirmed', { id: e.id, type: e.type, seq });
+    if (this.journal || !this.opts.resendConfirmed) this._remove(e);
   }
 
   _onError(f, conn) {
@@ -700,7 +784,9 @@ export class HermesClient extends EventTarget {
       complete,
       version: m.version,
       chunk: { index, total },
+      seq: Number.isInteger(f.seq) ? f.seq : null,
     });
+    if (complete) this._kept(f.seq); // all chunks of a version carry its seq (L57)
   }
 
   _trimMessages() {
@@ -723,12 +809,15 @@ export class HermesClient extends EventTarget {
       caption: typeof f.caption === 'string' ? f.caption : '',
       size: Number.isInteger(f.size) && f.size >= 0 ? f.size : 0,
       replyTo: typeof f.reply_to === 'string' ? f.reply_to : null,
+      seq: Number.isInteger(f.seq) ? f.seq : null,
     };
-    if (typeof f.data !== 'string' && typeof f.url === 'string') {
+    if (typeof f.data !== 'string') {
+      // A link, or (replayed from a journal, L58) a file whose bytes the gateway no longer
+      // holds: its metadata alone.
       this._downloads.delete(f.id);
-      return this._emit('media', { ...meta, url: f.url, blob: null });
+      this._emit('media', { ...meta, url: typeof f.url === 'string' ? f.url : null, blob: null });
+      return this._kept(f.seq);
     }
-    if (typeof f.data !== 'string') return bad('media without data or url');
     const parts = Number.isInteger(f.parts) ? f.parts : 1;
     const part = Number.isInteger(f.part) ? f.part : 0;
     if (parts < 1 || parts > MAX_MEDIA_PARTS || part < 0 || part >= parts) return bad('bad part/parts');
@@ -759,6 +848,7 @@ export class HermesClient extends EventTarget {
       this._downloads.delete(f.id);
       const blob = new Blob(d.parts, { type: d.meta.mime || 'application/octet-stream' });
       this._emit('media', { ...d.meta, size: blob.size, blob, url: null });
+      this._kept(d.meta.seq);
     }
     // Downloads stalled for 2 minutes are dropped (like the gateway's U5).
     for (const [id, x] of this._downloads) if (Date.now() - x.touched > 120000) this._downloads.delete(id);
@@ -766,6 +856,7 @@ export class HermesClient extends EventTarget {
 
   _onPrompt(f) {
     const card = validateCard(f);
+    this._kept(f.seq); // nothing more will come of this frame, shown or not
     if (!card) return this._emit('invalid', { reason: 'bad prompt card', frame: { t: 'prompt', id: f.id } });
     let old = this.prompts.get(card.id);
     if (old && old.state !== 'open') old = null; // a closed card's id used again: a new card
@@ -778,7 +869,7 @@ export class HermesClient extends EventTarget {
     if (this.prompts.size > 200) {
       for (const [id, c] of this.prompts) if (c.state !== 'open' && this.prompts.size > 150) this.prompts.delete(id);
     }
-    this._emit('prompt', { card, repeat: !!old });
+    this._emit('prompt', { card, repeat: !!old, seq: Number.isInteger(f.seq) ? f.seq : null });
   }
 
   _onPromptDone(f) {
@@ -795,7 +886,8 @@ export class HermesClient extends EventTarget {
         card.result = { optionId, expired, label };
       }
     }
-    this._emit('promptdone', { id: f.id, optionId, expired, label, card: card || null });
+    this._emit('promptdone', { id: f.id, optionId, expired, label, card: card || null, seq: Number.isInteger(f.seq) ? f.seq : null });
+    this._kept(f.seq);
   }
 
   // ---- outgoing ---------------------------------------------------------------------
@@ -847,9 +939,10 @@ export class HermesClient extends EventTarget {
           continue;
         }
         if (!ok || conn !== this._conn) break; // lost mid-way: sent again after the next ready
-        if (e.rejected) continue;
+        if (e.rejected || e.confirmed) continue; // `received` may beat the last chunk's drain
         e.done = true;
-        e.ackSeq = this._ping(); // the pong confirms it
+        // With a journal, `received` confirms it (on disk); otherwise the pong does.
+        e.ackSeq = this.journal && RECEIVED_TYPES.includes(e.type) ? Infinity : this._ping();
         this._emit('sent', { id: e.id, type: e.type });
       }
     } finally {
@@ -1069,5 +1162,46 @@ export class HermesClient extends EventTarget {
    */
   pushTest() {
     return this._request({ t: 'push_test', id: newId('pt') }, 'push_sent');
+  }
+
+  /** The gateway keeps history (L56: `ready.capabilities.history`): history() may be asked. */
+  get hasHistory() {
+    const h = this.capabilities.history;
+    return !!h && typeof h === 'object';
+  }
+
+  /**
+   * A page of this device's journal (L59): up to `limit` (1 to 200, default 50) entries with
+   * seq below `before` (the newest without it). Resolves to `{items, more}`: items oldest
+   * first, each a whole frame with its `seq` (`message` with its whole text; the person's own
+   * as `text`/`audio`/`media` with `from: "user"`; files without `data`; cards as `prompt`,
+   * closed ones with `closed`); `more` when older entries remain. Rejects with a HermesError:
+   * `unsupported_frame` when the gateway keeps no history, `offline`, `timeout`.
+   */
+  history(before, limit) {
+    const frame = { t: 'history', id: newId('hi') };
+    if (before !== undefined && before !== null) {
+      if (!Number.isInteger(before) || before < 0) return Promise.reject(new HermesError('bad_frame', 'before must be a seq'));
+      frame.before = before;
+    }
+    if (limit !== undefined && limit !== null) {
+      if (!Number.isInteger(limit) || limit < 1) return Promise.reject(new HermesError('bad_frame', 'limit must be at least 1'));
+      frame.limit = Math.min(limit, HISTORY_MAX_LIMIT);
+    }
+    if (this._isReady && !this.hasHistory) {
+      return Promise.reject(new HermesError('unsupported_frame', 'this gateway keeps no history'));
+    }
+    return this._request(frame, 'history').then((f) => ({
+      items: Array.isArray(f.items) ? f.items.filter((i) => i && typeof i === 'object' && !Array.isArray(i)) : [],
+      more: f.more === true,
+    }));
+  }
+
+  /**
+   * Asks the gateway to forget this device (`forget` → `forgotten`): its journal (open cards
+   * excepted), what it holds for it and its push subscriptions (L60). The seq goes on.
+   */
+  forget() {
+    return this._request({ t: 'forget', id: newId('fg') }, 'forgotten');
   }
 }
