@@ -8,7 +8,9 @@ import type {
   Capabilities,
   DownloadKind,
   ErrorCode,
+  HistoryItem,
   PromptKind,
+  ServerForgotten,
   ServerFrame,
   ServerPushSent,
   ServerPushSubscribed,
@@ -33,6 +35,8 @@ export declare const MEDIA_CHUNK_BYTES: number;
 export declare const UPLOAD_PART_BYTES: number;
 /** The most chunks (`parts`) of one file: 2048. */
 export declare const MAX_MEDIA_PARTS: number;
+/** L59: the largest `history` page; history() cuts a larger `limit` to it: 200. */
+export declare const HISTORY_MAX_LIMIT: number;
 /** The options each card kind may have (P3); clarify's are `c0`, `c1`, … and `other`. */
 export declare const PROMPT_OPTIONS: {
   readonly exec_approval: readonly string[];
@@ -45,8 +49,8 @@ export type HermesErrorCode =
   | ErrorCode
   | 'bad_config' // a bad option: no token, no WebSocket, no url outside a page
   | 'prompt_closed' // answer() to a card that is closed
-  | 'offline' // a push request while not connected, or the connection lost before its answer
-  | 'timeout' // a push request not answered within requestTimeoutMs
+  | 'offline' // a request (push, history, forget) while not connected, or the connection lost before its answer
+  | 'timeout' // a request not answered within requestTimeoutMs
   | 'read_failed' // a file could not be read
   | (string & {});
 
@@ -115,6 +119,17 @@ export interface LifecycleTarget {
 }
 
 /**
+ * Where the application keeps the journal seq (issue 24): the highest seq the client holds
+ * everything up to. `load` is called once, before the first `hello` (which resumes after it);
+ * `save` each time it grows (often: make it cheap, or debounce it). A store that throws or
+ * rejects on load counts as 0: the gateway then replays everything it keeps.
+ */
+export interface SeqStore {
+  load(): number | Promise<number>;
+  save(seq: number): void | Promise<void>;
+}
+
+/**
  * Whose events wake the client: `document`'s `visibilitychange` and `resume`, `window`'s
  * `pageshow` (from the back/forward cache) and `online` call `resume()`. While
  * `document.visibilityState` is `hidden` no reconnect is scheduled.
@@ -146,13 +161,22 @@ export interface HermesClientOptions {
   backoffMaxMs?: number;
   /** How long after its last activity an unconfirmed message is re-sent after a reconnect. Default 60000. */
   resendWindowMs?: number;
-  /** Also re-send confirmed messages of the window (default false: a gateway restart would deliver them twice). */
+  /**
+   * Also re-send confirmed messages of the window (default false: a gateway restart would deliver
+   * them twice). Only with a gateway without a journal: with one, `received` means on disk.
+   */
   resendConfirmed?: boolean;
+  /**
+   * Keeps the journal seq across restarts of the application, so that `hello` resumes after it
+   * and nothing is missed or shown twice. Without it the seq lives as long as the client: a new
+   * client resumes after 0 (the gateway replays everything it keeps).
+   */
+  seqStore?: SeqStore | null;
   /** No `ready` this long after the socket opened: reconnect. Default 20000. */
   readyTimeoutMs?: number;
   /** The least time between two `typing` frames. Default 2000. */
   typingIntervalMs?: number;
-  /** How long pushSubscribe/pushUnsubscribe/pushTest wait for their answer. Default 15000. */
+  /** How long a request (push*, history, forget) waits for its answer. Default 15000. */
   requestTimeoutMs?: number;
   /** After resume() on an open socket, how long its pong may take. Default 5000. */
   wakeCheckMs?: number;
@@ -226,6 +250,23 @@ export interface ReadyDetail {
   device: ServerReady['device'];
   avatarUrl: string;
   capabilities: Partial<Capabilities>;
+  /** The device's latest journal seq; null from a gateway without a journal. */
+  seq: number | null;
+  /** What this connection's hello resumed after (null without a journal): the replay follows, then `resumed`. */
+  resumeAfter: number | null;
+}
+
+export interface ResumedDetail {
+  /** The device's latest seq. The client keeps the highest seq it has seen, which may be lower. */
+  seq: number | null;
+  /** What the hello resumed after. */
+  after: number;
+}
+
+/** A page of the device's journal: items oldest first; `more` when older ones remain. */
+export interface HistoryPage {
+  items: HistoryItem[];
+  more: boolean;
 }
 
 export interface MessageDetail {
@@ -242,6 +283,8 @@ export interface MessageDetail {
   /** 1 for the first version, +1 for each edit. */
   version: number;
   chunk: { index: number; total: number };
+  /** This version's journal seq (null without a journal); all its chunks carry it. */
+  seq: number | null;
 }
 
 export interface MediaMeta {
@@ -253,10 +296,15 @@ export interface MediaMeta {
   size: number;
   /** The id of the upload this file answers (the demo agent echoes uploads back). */
   replyTo: string | null;
+  /** The file's journal seq (null without a journal). */
+  seq: number | null;
 }
 
 export interface MediaDetail extends MediaMeta {
-  /** The reassembled file; null for a `url` file. */
+  /**
+   * The reassembled file; null for a `url` file, and for a file replayed from the journal whose
+   * bytes the gateway no longer holds (its metadata alone: then `url` is null too).
+   */
   blob: Blob | null;
   /** A link to fetch; null when the bytes came in the frames. */
   url: string | null;
@@ -275,6 +323,8 @@ export interface PromptDetail {
   card: PromptCard;
   /** An open card sent again after a reconnect (H5). */
   repeat: boolean;
+  /** The seq of the card's opening (null without a journal). */
+  seq: number | null;
 }
 
 export interface PromptDoneDetail {
@@ -283,6 +333,8 @@ export interface PromptDoneDetail {
   expired: boolean;
   label: string | null;
   card: PromptCard | null;
+  /** The seq of the card's closing (null without a journal). */
+  seq: number | null;
 }
 
 export interface AvatarDetail {
@@ -294,6 +346,8 @@ export interface TypingDetail {
 }
 
 export type PushRequestType = 'push_subscribe' | 'push_unsubscribe' | 'push_test';
+/** The requests whose answer (or error) settles a promise. */
+export type RequestType = PushRequestType | 'history' | 'forget';
 
 export interface ErrorDetail {
   code: ErrorCode | (string & {});
@@ -304,7 +358,7 @@ export interface ErrorDetail {
   /** When the error answered a card. */
   promptId: string | null;
   /** When it answered a push request, whose promise it also rejects. */
-  request?: PushRequestType;
+  request?: RequestType;
 }
 
 /** What goes through the outbox. */
@@ -313,6 +367,11 @@ export type OutboxType = 'text' | 'media' | 'audio' | 'prompt';
 export interface OutboxDetail {
   id: string;
   type: OutboxType;
+}
+
+export interface ConfirmedDetail extends OutboxDetail {
+  /** The journal's `received` seq; null when a pong confirmed it (no journal, or a card's answer). */
+  seq: number | null;
 }
 
 export interface QueuedDetail extends OutboxDetail {
@@ -347,6 +406,7 @@ export interface InvalidDetail {
 export interface HermesClientEventMap {
   status: StatusDetail;
   ready: ReadyDetail;
+  resumed: ResumedDetail;
   message: MessageDetail;
   media: MediaDetail;
   mediaprogress: MediaProgressDetail;
@@ -357,7 +417,7 @@ export interface HermesClientEventMap {
   error: ErrorDetail;
   queued: QueuedDetail;
   sent: OutboxDetail;
-  confirmed: OutboxDetail;
+  confirmed: ConfirmedDetail;
   rejected: RejectedDetail;
   unsent: OutboxDetail;
   uploadprogress: UploadProgress;
@@ -454,6 +514,17 @@ export declare class HermesClient {
   pushUnsubscribe(): Promise<ServerPushUnsubscribed>;
   /** `push_test` → `push_sent`; a refusal's message names the push service's answer. */
   pushTest(): Promise<ServerPushSent>;
+  /**
+   * A page of this device's journal (L59): up to `limit` (1 to 200; default the gateway's 50)
+   * entries with seq below `before` (the newest without it), oldest first. Rejects with a
+   * HermesError: `unsupported_frame` (the gateway keeps no history), `bad_frame`, `offline`, `timeout`.
+   */
+  history(before?: number | null, limit?: number | null): Promise<HistoryPage>;
+  /**
+   * `forget` → `forgotten` (L60): the gateway drops this device's journal (open cards excepted),
+   * what it holds for it and its push subscriptions. The seq goes on where it was.
+   */
+  forget(): Promise<ServerForgotten>;
 
   /** The device id in use (the option, or the one generated): keep it. */
   readonly deviceId: string;
@@ -466,6 +537,14 @@ export declare class HermesClient {
   readonly ready: ServerReady | null;
   /** The last `ready` frame's capabilities ({} before the first). */
   readonly capabilities: Partial<Capabilities>;
+  /** The highest journal seq this client holds everything up to (0 for none); sent as `hello.resume.after`. */
+  readonly seq: number;
+  /** The last `ready` carried `seq`: the gateway keeps a journal, and `received` confirms sends. */
+  readonly journal: boolean;
+  /** Between such a `ready` and its `resumed`: what arrives is the replay of what was missed. */
+  readonly replaying: boolean;
+  /** The gateway keeps history (`ready.capabilities.history`): history() may be asked. */
+  readonly hasHistory: boolean;
   /** The gateway's VAPID public key (base64url), or '' when it sends no pushes. */
   readonly webPushKey: string;
   /** Ids of messages not yet confirmed by the gateway, in order. */

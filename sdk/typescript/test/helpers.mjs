@@ -52,6 +52,11 @@ function validate(direction, frame) {
   }
 }
 
+/** Validates one frame against the schema, as TapSocket does (for frames a test scripts itself). */
+export function checkFrame(direction, frame) {
+  validate(direction, frame);
+}
+
 /** Asserts that every frame seen so far validated against the schema (and that some were seen). */
 export function assertFramesValid() {
   if (!validators) return;
@@ -210,8 +215,9 @@ export function seenOrWait(seen, target, type, pred = () => true, ms = 5000) {
 /**
  * A WebSocket class around `ws` that the tests can steer: every instance is kept in
  * `TapSocket.sockets`, its sent frames in `sent`; `dropPongs` (copied from the class at
- * construction) hides `pong` frames from the client, and kill() cuts the TCP connection
- * (no close handshake), as a phone losing its network does.
+ * construction) hides what confirms a message from the client (`pong`, and the journal's
+ * `received`), and kill() cuts the TCP connection (no close handshake), as a phone losing its
+ * network does.
  */
 export class TapSocket {
   static sockets = [];
@@ -226,7 +232,7 @@ export class TapSocket {
     this.inner.onopen = (e) => this.onopen && this.onopen(e);
     this.inner.onmessage = (e) => {
       if (typeof e.data === 'string') validate('server', JSON.parse(e.data));
-      if (this.dropPongs && typeof e.data === 'string' && JSON.parse(e.data).t === 'pong') return;
+      if (this.dropPongs && typeof e.data === 'string' && ['pong', 'received'].includes(JSON.parse(e.data).t)) return;
       if (this.onmessage) this.onmessage(e);
     };
     this.inner.onclose = (e) => this.onclose && this.onclose(e);

@@ -30,7 +30,7 @@ test('a message not confirmed when the connection died is sent again with its id
   const text = `only once ${Date.now()}`;
   const id = client.sendText(text);
   await waitFor(client, 'message', echo(text));
-  assert.deepEqual(client.pending, [id], 'unconfirmed: its pong never came');
+  assert.deepEqual(client.pending, [id], 'unconfirmed: its received (or pong) never came');
 
   TapSocket.dropPongs = false;
   const confirmed = record(client, 'confirmed');

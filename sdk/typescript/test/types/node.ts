@@ -5,6 +5,7 @@ import {
   HermesError,
   MAX_TEXT_CHARS,
   PROMPT_OPTIONS,
+  HISTORY_MAX_LIMIT,
   base64UrlToBytes,
   bytesToBase64Url,
   charCount,
@@ -19,10 +20,12 @@ import {
   type ClientFrameMap,
   type ConnectionState,
   type HermesClientEventMap,
+  type HistoryPage,
   type MessageDetail,
   type PromptCard,
   type ServerFrame,
   type ServerFrameMap,
+  type ServerForgotten,
   type ServerPushSubscribed,
   type UploadKind,
 } from 'hermes-mobile-client';
@@ -79,7 +82,7 @@ client.addEventListener('frame', (e) => {
   }
 });
 client.addEventListener('uploadprogress', (e) => void e.detail.percent);
-client.addEventListener('error', (e) => void (e.detail.request satisfies 'push_subscribe' | 'push_unsubscribe' | 'push_test' | undefined));
+client.addEventListener('error', (e) => void (e.detail.request satisfies 'push_subscribe' | 'push_unsubscribe' | 'push_test' | 'history' | 'forget' | undefined));
 // @ts-expect-error: not an event of HermesClient
 client.addEventListener('nope', () => {});
 
@@ -95,6 +98,32 @@ const pending: string[] = client.pending;
 // @ts-expect-error: state is read-only
 client.state = 'online';
 void [id, cards, pending, client.online, client.replaced, client.webPushKey, client.capabilities.max_text_chars, client.ready?.session];
+
+// The journal (issue 24): a seq store, sync or async; history pages; forget; resumed.
+let kept = 0;
+new HermesClient({ token: 'x', url: 'ws://h/ws', WebSocket: FakeSocket, seqStore: { load: () => kept, save: (n) => void (kept = n) } });
+new HermesClient({ token: 'x', url: 'ws://h/ws', WebSocket: FakeSocket, seqStore: { load: async () => 7, save: async () => {} } });
+// @ts-expect-error: load must give a number
+new HermesClient({ token: 'x', url: 'ws://h/ws', WebSocket: FakeSocket, seqStore: { load: () => 'seven', save: () => {} } });
+async function journal(): Promise<void> {
+  const page = await client.history(client.seq, 100);
+  for (const item of page.items) {
+    if (item.t === 'message') void (item.text satisfies string);
+    else if (item.t === 'text') void (item.from satisfies 'user');
+    void (item.seq satisfies number);
+  }
+  const more: boolean = page.more;
+  const older: HistoryPage = await client.history();
+  const gone: ServerForgotten = await client.forget();
+  void [more, older, gone, client.journal, client.replaying, client.hasHistory];
+}
+void journal;
+client.addEventListener('resumed', (e) => void (e.detail.after satisfies number));
+client.addEventListener('ready', (e) => void (e.detail.seq satisfies number | null));
+client.addEventListener('confirmed', (e) => void (e.detail.seq satisfies number | null));
+client.addEventListener('message', (e) => void (e.detail.seq satisfies number | null));
+const limit: number = HISTORY_MAX_LIMIT;
+void limit;
 
 try {
   client.answer('p-1', 'once');
