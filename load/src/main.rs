@@ -11,11 +11,13 @@
 //! hermes-mobile-load soak   --clients 32 --rate 2000 --seconds 600 --sample 10 --pid PID
 //! hermes-mobile-load smoke  [--upload 8388608]
 //! hermes-mobile-load abuse  --seconds 60 --pid PID [--only minted-uploads,half-messages]
+//! hermes-mobile-load crash  [--clients 4] [--kills 5] [--seconds 60] [--seed N] [--gateway PATH]
 //! ```
 //! Common: `--url ws://127.0.0.1:8787/ws`, `--token T` (else `MOBILE_TOKEN`).
 
 mod abuse;
 mod client;
+mod crash;
 mod proc_stat;
 mod smoke;
 
@@ -44,6 +46,9 @@ struct Opts {
     sample: u64,
     upload: usize,
     only: Option<Vec<String>>,
+    kills: u64,
+    seed: Option<u64>,
+    gateway: Option<String>,
 }
 
 fn usage() -> ! {
@@ -58,13 +63,21 @@ fn parse() -> Opts {
         print!("{}", include_str!("usage.txt"));
         std::process::exit(0);
     }
+    if mode == "crash-agent" {
+        // The crash mode's own agent, started by the gateway it runs: FILE SEED.
+        let (Some(file), Some(seed)) = (args.next(), args.next().and_then(|s| s.parse().ok())) else {
+            usage()
+        };
+        crash::agent_main(&file, seed);
+    }
+    let crash = mode == "crash";
     let mut o = Opts {
         mode,
         url: "ws://127.0.0.1:8787/ws".into(),
         token: std::env::var("MOBILE_TOKEN").unwrap_or_default(),
-        clients: 64,
+        clients: if crash { 4 } else { 64 },
         messages: 100_000,
-        seconds: 30,
+        seconds: if crash { 60 } else { 30 },
         pid: None,
         size: 8 * 1024 * 1024,
         chunk: 3 * 1024 * 1024,
@@ -73,6 +86,9 @@ fn parse() -> Opts {
         sample: 5,
         upload: 0,
         only: None,
+        kills: 5,
+        seed: None,
+        gateway: None,
     };
     while let Some(flag) = args.next() {
         let value = args.next().unwrap_or_else(|| usage());
@@ -90,6 +106,9 @@ fn parse() -> Opts {
             "--rate" => o.rate = num(),
             "--sample" => o.sample = num(),
             "--only" => o.only = Some(value.split(',').map(str::to_owned).collect()),
+            "--kills" if (1..=1000).contains(&num()) => o.kills = num(),
+            "--seed" => o.seed = Some(num()),
+            "--gateway" => o.gateway = Some(value.clone()),
             "--upload" if num() <= 8 * 1024 * 1024 => o.upload = num() as usize,
             _ => usage(),
         }
@@ -133,6 +152,18 @@ fn main() {
                 eprintln!("smoke FAILED at {e}");
                 std::process::exit(1);
             }
+        }
+        "crash" => {
+            let seed = o
+                .seed
+                .unwrap_or_else(|| crash::unix_micros() ^ u64::from(std::process::id()));
+            std::process::exit(crash::run(&crash::Options {
+                phones: o.clients,
+                kills: o.kills as u32,
+                seconds: o.seconds,
+                seed,
+                gateway: o.gateway.map_or_else(crash::default_gateway, Into::into),
+            }))
         }
         _ => usage(),
     }
