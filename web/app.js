@@ -2,9 +2,9 @@
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
-import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
+import { hasHiddenChars, kindFromMime, splitHiddenChars, validateCard } from '/protocol.js';
 import { pairsThisPage, renderMarkdown } from '/markdown.js';
-import { History } from '/history.js';
+import { History, journalKey } from '/history.js';
 import { initVoice } from '/voice.js';
 
 const $ = (id) => document.getElementById(id);
@@ -15,7 +15,7 @@ const ui = {
   chat: $('chat'), messages: $('messages'), bar: $('composer-bar'), composer: $('composer'), send: $('send-button'),
   fileInput: $('file-input'), attach: $('attach-button'), caption: $('caption-input'), mic: $('mic-button'),
   counter: $('counter'), drop: $('drop-zone'), recLine: $('rec-line'), recTime: $('rec-time'),
-  tokenDialog: $('token-dialog'),
+  tokenDialog: $('token-dialog'), forgetDialog: $('forget-dialog'),
 };
 const KEY_TOKEN = 'hermes.token';
 const KEY_DEVICE = 'hermes.deviceId';
@@ -104,26 +104,51 @@ function keepBottom(stick, fn) {
 }
 
 // `key` tells bubbles apart in this page: agent message and media ids are the agent's and
-// may come again after a restart; user ids are ours.
-function bubble(from, id, key = id) {
+// may come again after a restart; user ids are ours. `jseq`: its journal seq, if it has one.
+function bubble(from, id, key = id, jseq = null) {
   attachLive();
-  const m = newBubble(from, id, key, nextSeq(), new Date());
-  ui.messages.append(m);
+  const m = newBubble(from, id, key, orderKey(jseq), new Date());
+  setJseq(m, jseq);
+  place(m);
   trimMessages();
   return m;
 }
 
-// A bubble not yet in the page: a live one (bubble()) or one from history.
+// A bubble not yet in the page: a live one (bubble()) or one from history. `at` is null for
+// an item of the gateway's journal, which keeps no time.
 function newBubble(from, id, key, seq, at) {
   const m = el('div', 'msg');
   m.dataset.from = from;
   m.dataset.id = id;
   m.dataset.final = 'false';
   m.dataset.seq = String(seq);
-  m.append(el('span', 'msg-meta', fmtTime(at)));
+  m.append(el('span', 'msg-meta', at ? fmtTime(at) : ''));
   bubbles.set(key, m);
   owned.set(m, { key, urls: [] });
   return m;
+}
+
+// The order key (data-seq, a history record's `seq`) of a new item: from its journal seq
+// when it has one, else one past the largest so far (the person's own message before its
+// `received`, anything from a gateway without a journal).
+function orderKey(jseq) {
+  const key = Number.isInteger(jseq) ? journalKey(jseq) : Math.max(Date.now() * 1000, past.lastKey + 1);
+  past.lastKey = Math.max(past.lastKey, key);
+  return key;
+}
+
+function setJseq(n, jseq) {
+  if (Number.isInteger(jseq)) n.dataset.jseq = String(jseq);
+}
+
+// Puts `n` into #messages in order of its key: at the end for anything live, further up for
+// an entry the journal gives late (a reply replayed after a message sent since, a `history` item).
+function place(n) {
+  const key = Number(n.dataset.seq);
+  let before = ui.messages.lastElementChild;
+  while (before && Number(before.dataset.seq) > key) before = before.previousElementSibling;
+  if (before) before.after(n);
+  else ui.messages.prepend(n);
 }
 
 // Removes a bubble or card: its blob: URLs are revoked and it leaves `bubbles` / `cards`.
@@ -152,7 +177,7 @@ function trimMessages() {
     if (!isOpenCard(n)) {
       dropItem(n);
       extra--;
-      past.noOlder = false; // what was dropped can be loaded again from history
+      past.noOlder = past.gatewayDone = false; // what was dropped can be loaded again
     }
     n = next;
   }
@@ -161,20 +186,22 @@ function trimMessages() {
 
 const isOpenCard = (n) => n.classList.contains('card') && n.dataset.state === 'open';
 
-function mediaBubble(id) {
+function mediaBubble(id, jseq) {
   const m = bubbles.get('f:' + id);
   // One from history is the same file delivered again after a reload: it is replaced.
-  return m && (m.dataset.final !== 'true' || past.restored.has(m)) ? m : bubble('agent', id, 'f:' + id);
+  return m && (m.dataset.final !== 'true' || past.restored.has(m)) ? m : bubble('agent', id, 'f:' + id, jseq);
 }
 
 function setBody(m, ...nodes) {
   m.replaceChildren(...nodes, m.querySelector('.msg-meta'));
 }
 
-function markBubble(id, state, why) {
+// `jseq`: the journal's seq of a message the gateway confirmed with `received`.
+function markBubble(id, state, why, jseq = null) {
   const m = bubbles.get(id);
   if (!m) return;
   if (state === 'final') m.dataset.final = 'true';
+  setJseq(m, jseq);
   if (state === 'final' || state === 'failed') rememberPatch(m, { final: state === 'final', failed: state === 'failed' ? why : undefined });
   if (state === 'failed') {
     m.classList.add('failed');
@@ -192,6 +219,11 @@ function markBubble(id, state, why) {
 // #messages is a window of at most MAX_ITEMS over the history: scrolling to the top loads
 // older items and, past the cap, drops the newest ones; scrolling back down loads them again.
 // Anything live while the window is away from the end first brings it back there.
+//
+// With a gateway that keeps a journal (issue 24), IndexedDB is a cache of it: the page
+// resumes after the journal seq it stored, and the gateway replays what came since; its
+// `history` pages fill a new device's view, give the person's own messages the replay leaves
+// out, and go on where the cache ends when the user scrolls up.
 
 const PAGE_FIRST = 100; // items shown at start
 const PAGE = 50; // items loaded per scroll to an end
@@ -201,20 +233,36 @@ const past = {
   generation: 0, // counts openHistory/forgetHistory calls: a late open is dropped
   restored: new WeakSet(), // elements shown from history, not from this connection
   records: new WeakMap(), // element → its record, kept so that an update rewrites it whole
-  noOlder: false, // the window's first item is the oldest kept
+  noOlder: false, // the window's first item is the oldest kept on this device
+  gatewayDone: false, // ... and the journal has nothing older either
   detached: false, // the newest items are not in the window
   loading: false,
+  lastKey: 0, // the largest order key given or stored (orderKey)
+  journal: false, // the gateway keeps a journal (last `ready`, or a journal seq stored)
+  fill: null, // a new device fills its view from `history`: {events} the replay sent meanwhile
+  heldSeq: null, // while the view catches up with the journal: the seq to store after it
 };
 
-function nextSeq() {
-  return past.history ? past.history.nextSeq() : Date.now() * 1000;
+// The client's seqStore: the journal seq goes into IndexedDB with the records it covers, and
+// not before a catch-up with the journal is in them too (heldSeq).
+const seqStore = {
+  load: () => (past.history ? past.history.journalSeq : 0),
+  save(n) {
+    if (past.heldSeq !== null) past.heldSeq = n;
+    else if (past.history) past.history.putJournalSeq(n);
+  },
+};
+
+function releaseSeq() {
+  if (past.heldSeq && past.history) past.history.putJournalSeq(past.heldSeq);
+  past.heldSeq = null;
 }
 
 async function openHistory(deviceId) {
   if (past.history && past.device === deviceId) return;
   if (past.history) past.history.close();
   past.device = deviceId;
-  past.noOlder = false;
+  past.noOlder = past.gatewayDone = false;
   const generation = ++past.generation;
   const opened = await History.open(deviceId);
   if (generation !== past.generation) {
@@ -223,6 +271,8 @@ async function openHistory(deviceId) {
     return;
   }
   past.history = opened;
+  past.lastKey = Math.max(past.lastKey, opened.lastSeq);
+  past.journal = opened.journalSeq > 0;
   await loadOlder(PAGE_FIRST);
 }
 
@@ -232,12 +282,14 @@ function forgetHistory(deviceId) {
   past.history = null;
   past.device = null;
   past.detached = false;
+  past.fill = past.heldSeq = null;
   if (deviceId) History.forget(deviceId);
 }
 
 // Keeps element `n`'s item in history under `key`; the write happens a moment later.
 function remember(n, key, record) {
   const r = { ...record, key, seq: Number(n.dataset.seq), at: past.records.get(n)?.at || Date.now() };
+  if (n.dataset.jseq) r.jseq = Number(n.dataset.jseq);
   past.records.set(n, r);
   if (past.history) past.history.put(r);
 }
@@ -253,26 +305,34 @@ function fromRecord(r) {
     if (cards.has(r.id) || !r.card) return null;
     const c = { el: cardElement(r.card), card: r.card };
     cards.set(r.id, c);
-    // Still open when it was stored: closed now, until the gateway sends it open again.
-    closeCard(c, r.state === 'open' ? 'closed' : r.state, r.state === 'open' ? 'closed' : r.result || r.state, r.optionId || null);
+    if (r.state === 'open' && past.journal && r.card.expiresAt > Date.now()) {
+      // A gateway with a journal does not send a card again that this page has seen (L58):
+      // it stays open here, and answer() knows it.
+      if (client && !client.prompts.has(r.id)) client.prompts.set(r.id, r.card);
+      tickCard(c);
+    } else {
+      // Still open when it was stored: closed now, until the gateway sends it open again.
+      closeCard(c, r.state === 'open' ? 'closed' : r.state, r.state === 'open' ? 'closed' : r.result || r.state, r.optionId || null);
+    }
     return stamp(c.el, r);
   }
   if (bubbles.has(r.key)) return null;
-  const m = newBubble(r.from, r.id || r.key, r.key, r.seq, new Date(r.at));
+  const m = newBubble(r.from, r.id || r.key, r.key, r.seq, r.at ? new Date(r.at) : null);
   if (r.type === 'media') showMedia(m, r.media, r.from === 'agent');
   else if (r.from === 'agent') setBody(m, markdownText(r.text));
   else setBody(m, el('div', 'msg-text', r.text));
-  m.dataset.final = 'true';
+  m.dataset.final = String(r.final !== false || r.from === 'user');
   if (r.from === 'user' && !r.final) {
     // Not confirmed before the page went away: it was not sent, and nothing re-sends it.
     m.classList.add('failed');
-    m.querySelector('.msg-meta').textContent = `${fmtTime(new Date(r.at))} · ${r.failed || 'not sent'}`;
+    m.querySelector('.msg-meta').textContent = `${r.at ? fmtTime(new Date(r.at)) + ' · ' : ''}${r.failed || 'not sent'}`;
   }
   return stamp(m, r);
 }
 
 function stamp(n, r) {
   n.dataset.seq = String(r.seq);
+  setJseq(n, r.jseq);
   past.restored.add(n);
   past.records.set(n, r);
   return n;
@@ -284,25 +344,190 @@ function markdownText(text) {
   return t;
 }
 
-// Puts up to `n` items older than the window's first one above it, the view kept still.
+// Puts up to `n` items older than the window's first one above it, the view kept still:
+// from this device's cache, and past its end from the gateway's journal.
 async function loadOlder(n = PAGE) {
-  if (!past.history || !past.history.enabled || past.loading || past.noOlder) return;
+  if (!past.history || past.loading || (past.noOlder && past.gatewayDone)) return;
   past.loading = true;
   try {
-    const first = ui.messages.firstElementChild;
-    const records = await past.history.page(first ? Number(first.dataset.seq) : null, n);
-    if (records.length < n) past.noOlder = true;
-    const nodes = records.map(fromRecord).filter(Boolean);
+    let nodes = [];
+    if (!past.noOlder && past.history.enabled) {
+      const first = ui.messages.firstElementChild;
+      const records = await past.history.page(first ? Number(first.dataset.seq) : null, n);
+      if (records.length < n) past.noOlder = true;
+      nodes = records.map(fromRecord).filter(Boolean);
+    } else {
+      past.noOlder = true;
+    }
+    if (!nodes.length) nodes = await olderFromJournal(n);
     if (!nodes.length) return;
     const box = ui.messages;
     const fromBottom = box.scrollHeight - box.scrollTop;
     const wasEmpty = !box.firstElementChild;
-    box.prepend(...nodes);
+    for (const node of nodes.reverse()) place(node);
     dropNewest(box.childElementCount - MAX_ITEMS);
     box.scrollTop = wasEmpty ? box.scrollHeight : box.scrollHeight - fromBottom;
   } finally {
     past.loading = false;
   }
+}
+
+// A `history` page of the entries before the oldest journal entry in the window, without
+// what is shown or cached already; each is cached too.
+async function olderFromJournal(n) {
+  const c = client;
+  if (past.gatewayDone || !c || !c.online || !c.hasHistory) return [];
+  const seqs = [...ui.messages.children].map((e) => Number(e.dataset.jseq)).filter((s) => s > 0);
+  if (!seqs.length && ui.messages.firstElementChild) return []; // nothing of the journal to go on from
+  let page;
+  try {
+    page = await c.history(seqs.length ? Math.min(...seqs) : null, n);
+  } catch {
+    return []; // offline or refused: the next scroll tries again
+  }
+  if (client !== c) return [];
+  if (!page.more) past.gatewayDone = true;
+  return newRecords(page.items).then((records) => records.map((r) => {
+    past.history?.put(r);
+    return fromRecord(r);
+  }).filter(Boolean));
+}
+
+// `history` items as records, without those already in the page or the cache.
+async function newRecords(items, blobs = new Map()) {
+  const records = items.map((i) => itemRecord(i, blobs)).filter(Boolean);
+  const cached = past.history ? await past.history.has(records.map((r) => r.key)) : new Set();
+  return records.filter((r) => !cached.has(r.key) && !bubbles.has(r.key) && !(r.type === 'card' && cards.has(r.id)));
+}
+
+// One `history` item (L59) as a record of this page's history. `blobs`: file bytes the
+// replay brought, by id (a `history` item has none).
+function itemRecord(i, blobs) {
+  if (!Number.isInteger(i.seq) || typeof i.id !== 'string' || !i.id) return null;
+  const t = String(i.t).toLowerCase();
+  const base = { seq: journalKey(i.seq), jseq: i.seq, at: null, id: i.id };
+  const file = (from, d) => ({ ...base, ...mediaRecord(from, i.id, { ...d, blob: blobs.get(i.id) || null }), final: true });
+  const meta = { kind: i.kind, mime: i.mime || '', filename: i.filename || '', caption: i.caption || '', size: i.size || 0, url: i.url };
+  if (i.from === 'user') {
+    if (t === 'text') return { ...base, key: i.id, from: 'user', type: 'text', text: String(i.text ?? ''), final: true };
+    if (t === 'media') return { key: i.id, ...file('user', meta) };
+    if (t === 'audio') {
+      const voice = { ...meta, kind: 'voice', mime: `audio/${i.format || 'wav'}`, filename: 'Voice message', caption: i.text || '' };
+      return { key: i.id, ...file('user', voice) };
+    }
+    return null;
+  }
+  if (t === 'message') return { ...base, key: 'm:' + i.id, from: 'agent', type: 'text', text: String(i.text ?? ''), final: i.final !== false };
+  if (t === 'media') return { key: 'f:' + i.id, ...file('agent', meta) };
+  if (t !== 'prompt') return null;
+  const card = validateCard(i);
+  if (!card) return null;
+  const closed = i.closed && typeof i.closed === 'object' ? i.closed : null;
+  if (!closed) return { ...base, key: 'c:' + i.id, type: 'card', card, state: 'open' };
+  const optionId = typeof closed.option_id === 'string' ? closed.option_id.toLowerCase() : null;
+  const option = optionId && card.options.find((o) => o.id === optionId);
+  card.state = closed.expired === true ? 'expired' : 'done';
+  const result = card.state === 'expired' ? 'expired' : option ? option.label : optionId || 'done';
+  return { ...base, key: 'c:' + i.id, type: 'card', card, state: card.state, result, optionId };
+}
+
+// Shows `history` items where their keys put them (a new device's first page, a catch-up).
+async function showItems(items, blobs, stick) {
+  const records = await newRecords(items, blobs);
+  keepBottom(stick, () => {
+    for (const r of records) {
+      const n = fromRecord(r);
+      if (!n) continue;
+      past.history?.put(r);
+      past.lastKey = Math.max(past.lastKey, r.seq);
+      place(n);
+    }
+    trimMessages();
+  });
+}
+
+// ---- the journal's replay (L58) ----------------------------------------------------------
+
+// `ready` from a gateway with a journal: a device with nothing shown fills its view from
+// `history` once the replay is over (the replay leaves out the person's own messages, and
+// may hold thousands of entries); meanwhile the replay's items wait in past.fill.
+function onJournalReady({ detail: d }) {
+  past.journal = d.seq !== null;
+  if (!past.journal) {
+    // An older gateway, or one whose journal could not be opened: it sends open cards
+    // again (H5), so the ones shown open from the cache are closed until it does.
+    for (const c of cards.values()) {
+      if (past.restored.has(c.el) && c.el.dataset.state === 'open') closeCard(c, 'closed', 'closed', null);
+    }
+    return;
+  }
+  if (!client.hasHistory) return;
+  if (past.heldSeq === null) past.heldSeq = 0;
+  // A fill cut short by a lost connection goes on with the next replay.
+  if (!past.fill && d.resumeAfter === 0 && !ui.messages.firstElementChild) past.fill = { events: [] };
+}
+
+// True when the item is part of a replay that a new device's fill replaces.
+function heldForFill(type, detail) {
+  if (!past.fill || !client || !client.replaying) return false;
+  past.fill.events.push([type, detail]);
+  return true;
+}
+
+async function onResumed({ detail: { seq, after } }) {
+  const c = client;
+  try {
+    if (past.fill) await fillFromJournal(c);
+    else if (c.hasHistory && seq > after) await catchUp(c, after, seq);
+  } finally {
+    if (client === c) releaseSeq();
+  }
+}
+
+// What the replay sent while a fill waited, if the fill fails: shown as it came.
+const REPLAYED = { message: onAgentMessage, media: onMedia, prompt: onPrompt, promptdone: onPromptDone };
+
+async function fillFromJournal(c) {
+  const events = past.fill.events;
+  let page = null;
+  try {
+    page = await c.history(null, PAGE_FIRST);
+  } catch { /* shown from the replay instead */ }
+  if (client !== c) return;
+  past.fill = null;
+  if (!page) {
+    for (const [type, detail] of events) REPLAYED[type]({ detail });
+    return;
+  }
+  const blobs = new Map(events.filter(([t, d]) => t === 'media' && d.blob).map(([, d]) => [d.id, d.blob]));
+  await showItems(page.items, blobs, true);
+  past.noOlder = true; // the cache holds this page and nothing older
+  past.gatewayDone = !page.more;
+  // A card still open but older than the page: at the end, where a card sent again goes.
+  for (const [type, d] of events) {
+    if (type === 'prompt' && d.card.state === 'open' && !cards.has(d.card.id)) onPrompt({ detail: { ...d, seq: null } });
+  }
+}
+
+// After a resume: what the journal has after `after` that the replay does not carry (the
+// person's own messages) or that this page lost (a reload before its cache was written).
+// `latest - after` bounds how many entries changed.
+async function catchUp(c, after, latest) {
+  const items = [];
+  let before = null;
+  for (let pages = 0; pages < 5; pages++) {
+    let page;
+    try {
+      page = await c.history(before, Math.min(200, latest - after));
+    } catch {
+      return;
+    }
+    const newer = page.items.filter((i) => i.seq > after);
+    items.unshift(...newer);
+    if (!page.more || !newer.length || newer.length < page.items.length) break;
+    before = page.items[0].seq;
+  }
+  if (client === c && items.length) await showItems(items, new Map(), false);
 }
 
 // Past the cap after loading older items: the newest go (they are in history).
@@ -369,15 +594,17 @@ function liveKey(d) {
   if (liveAliases.has(key)) return liveAliases.get(key);
   const m = bubbles.get(key);
   if (!m || !past.restored.has(m) || m.dataset.final !== 'true' || past.records.get(m)?.text === d.text) return key;
-  const alias = `${key}#${nextSeq()}`;
+  const alias = `${key}#${orderKey(null)}`;
   liveAliases.set(key, alias);
   return alias;
 }
 
 function onAgentMessage({ detail: d }) {
+  if (heldForFill('message', d)) return;
   keepBottom(false, () => {
     const key = liveKey(d);
-    const m = bubbles.get(key) || bubble('agent', d.id, key);
+    const m = bubbles.get(key) || bubble('agent', d.id, key, d.seq);
+    setJseq(m, d.seq);
     let t = m.querySelector('.msg-text');
     if (!t) {
       t = el('div', 'msg-text');
@@ -396,9 +623,9 @@ function onAgentMessage({ detail: d }) {
 const SAFE_IMAGE = /^image\/(png|jpeg|gif|webp|avif|bmp)$/;
 
 function onMediaProgress({ detail: d }) {
-  if (d.parts < 2) return;
+  if (d.parts < 2 || (past.fill && client.replaying)) return;
   keepBottom(false, () => {
-    const m = mediaBubble(d.id);
+    const m = mediaBubble(d.id, d.seq);
     let p = m.querySelector('.media-pending');
     if (!p) {
       p = el('div', 'media-pending');
@@ -409,8 +636,10 @@ function onMediaProgress({ detail: d }) {
 }
 
 function onMedia({ detail: d }) {
+  if (heldForFill('media', d)) return;
   keepBottom(false, () => {
-    const m = mediaBubble(d.id);
+    const m = mediaBubble(d.id, d.seq);
+    setJseq(m, d.seq);
     showMedia(m, d, true);
     remember(m, 'f:' + d.id, mediaRecord('agent', d.id, d));
   });
@@ -430,7 +659,9 @@ function showMedia(m, d, markdown) {
   const mime = (d.mime || '').toLowerCase().split(';')[0].trim();
   const name = safeName(d.filename || d.kind);
   const nodes = [];
-  if (d.url) {
+  if (d.url && /^\/[^/\\]/.test(d.url)) {
+    nodes.push(gatewayFile(d, name, m));
+  } else if (d.url) {
     let href = null;
     try {
       const u = new URL(d.url);
@@ -440,6 +671,12 @@ function showMedia(m, d, markdown) {
     a.append(icon('link'), el('span', null, d.filename || d.url));
     if (href) Object.assign(a, { href, target: '_blank', rel: 'noopener noreferrer' });
     nodes.push(a);
+  } else if (!d.blob) {
+    // From the journal, whose `history` carries no bytes: what the file was.
+    const f = el('span', 'media-download media-gone');
+    f.title = 'The file itself is not on this device';
+    f.append(icon(d.kind === 'voice' ? 'mic' : 'file'), el('span', 'media-name', name), el('span', 'media-size', d.size ? fmtSize(d.size) : ''));
+    nodes.push(f);
   } else if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
     const img = el('img', 'media-image');
     img.alt = name;
@@ -470,6 +707,28 @@ function showMedia(m, d, markdown) {
   setBody(m, ...nodes);
   m.classList.add('has-media');
   m.dataset.final = 'true';
+}
+
+// A file the gateway keeps for this device (a journal item's `url`, a path on the gateway):
+// fetched with the token when clicked, then saved like any download.
+function gatewayFile(d, name, owner) {
+  const a = el('a', 'media-download');
+  a.href = '#';
+  a.append(icon('file'), el('span', 'media-name', name), el('span', 'media-size', d.size ? fmtSize(d.size) : ''));
+  a.addEventListener('click', async (e) => {
+    if (a.download) return; // fetched: the link is the file now
+    e.preventDefault();
+    try {
+      const r = await fetch(d.url, { headers: { Authorization: `Bearer ${client.opts.token}` } });
+      if (!r.ok) throw new Error(`the gateway answered ${r.status}`);
+      a.href = blobUrl(new Blob([await r.blob()], { type: 'application/octet-stream' }), owner);
+      a.download = name;
+      a.click();
+    } catch (err) {
+      notice(`“${name}” could not be fetched: ${err.message}`);
+    }
+  });
+  return a;
 }
 
 // `href`: a blob: URL of this bubble to reuse; otherwise a new application/octet-stream one.
@@ -513,20 +772,23 @@ function hiddenWarning(card) {
   return el('p', 'card-warning', `This card contains hidden characters, shown as ⟨U+…⟩. ${check}`);
 }
 
-function onPrompt({ detail: { card, repeat } }) {
+function onPrompt({ detail: d }) {
+  if (heldForFill('prompt', d)) return;
+  const { card, repeat, seq } = d;
   const known = cards.get(card.id);
-  if (known && repeat) {
+  if (known && repeat && known.el.dataset.state === 'open') {
     known.card = card;
     return;
   }
   keepBottom(false, () => {
-    // Shown from history as closed, and open after all: the live card takes its place.
+    // Shown from history (as closed, or open from the journal's cache): the live card takes its place.
     const old = known && past.restored.has(known.el) ? known.el : null;
     if (!old) attachLive();
     const c = cardElement(card);
-    c.dataset.seq = old ? old.dataset.seq : String(nextSeq());
+    c.dataset.seq = old ? old.dataset.seq : String(orderKey(seq));
+    setJseq(c, seq);
     if (old) old.replaceWith(c);
-    else ui.messages.append(c);
+    else place(c);
     cards.set(card.id, { el: c, card });
     remember(c, 'c:' + card.id, { type: 'card', id: card.id, card, state: 'open' });
     tickCard(cards.get(card.id));
@@ -624,8 +886,10 @@ function answerOther(promptId) {
 }
 
 function onPromptDone({ detail: d }) {
+  if (heldForFill('promptdone', d)) return;
   const c = cards.get(d.id);
   if (!c) return;
+  setJseq(c.el, d.seq);
   // P5: an expired card may name its safe default; it is shown as "expired" all the same.
   const other = c.card.answer && c.card.answer.optionId === 'other' ? c.card.answer.text : null;
   const result = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : d.label || d.optionId || 'done';
@@ -957,7 +1221,7 @@ function start(token) {
     deviceId = newDeviceId();
     store.set(KEY_DEVICE, deviceId);
   }
-  client = new HermesClient({ token, deviceId, deviceName: deviceName(), appVersion: '1.0.0' });
+  client = new HermesClient({ token, deviceId, deviceName: deviceName(), appVersion: '1.0.0', seqStore });
   const on = (t, f) => client.addEventListener(t, f);
   on('status', onStatus);
   on('message', onAgentMessage);
@@ -968,8 +1232,12 @@ function start(token) {
   on('avatar', (e) => queueAvatar(e.detail.state));
   on('typing', (e) => showTyping(e.detail.active));
   on('error', onError);
-  on('ready', () => push.onReady(client));
-  on('confirmed', (e) => markBubble(e.detail.id, 'final'));
+  on('ready', (e) => {
+    onJournalReady(e);
+    push.onReady(client);
+  });
+  on('resumed', onResumed);
+  on('confirmed', (e) => markBubble(e.detail.id, 'final', null, e.detail.seq));
   on('rejected', (e) => markBubble(e.detail.id, 'failed', `refused (${e.detail.code})`));
   on('unsent', (e) => markBubble(e.detail.id, 'failed', 'not delivered'));
   showScreen('chat');
@@ -1051,9 +1319,21 @@ $('token-keep').addEventListener('click', () => answerOffer(false));
 $('token-replace').addEventListener('click', () => answerOffer(true));
 ui.tokenDialog.addEventListener('cancel', () => (offeredToken = null)); // Esc keeps it too
 
-function forget() {
+// "Forget this device", once confirmed: the gateway drops the device's journal, what it
+// holds for it and its push subscriptions (L60); then this browser forgets the token, the
+// device id and the cache.
+async function forget() {
   voice.cancel();
-  push.forget(client); // before stop(): push_unsubscribe goes on the open connection
+  const c = client;
+  push.forget(c); // before stop(): push_unsubscribe goes on the open connection
+  let told = true; // a gateway without a journal keeps no conversation (an older one knows no `forget`)
+  if (c && past.journal) {
+    told = false;
+    try {
+      if (c.online) told = !!(await c.forget());
+    } catch { /* said below */ }
+  }
+  if (client !== c) return; // paired again meanwhile
   stop();
   forgetHistory(store.get(KEY_DEVICE));
   store.del(KEY_TOKEN);
@@ -1071,6 +1351,7 @@ function forget() {
   ui.pairError.hidden = true;
   showScreen('pair');
   ui.forget.hidden = true;
+  if (!told) notice('The gateway could not be reached, so it still keeps this device’s conversation (until its own limits drop it). This browser forgot it.');
 }
 
 // A form for Enter and password managers; it is never submitted (CSP form-action 'none').
@@ -1078,7 +1359,12 @@ $('pair-form').addEventListener('submit', (e) => {
   e.preventDefault();
   pair(ui.tokenInput.value);
 });
-ui.forget.addEventListener('click', forget);
+ui.forget.addEventListener('click', () => ui.forgetDialog.showModal());
+$('forget-cancel').addEventListener('click', () => ui.forgetDialog.close());
+$('forget-confirm').addEventListener('click', () => {
+  ui.forgetDialog.close();
+  forget();
+});
 ui.retry.addEventListener('click', () => {
   if (!client) return;
   if (client.replaced) client.connect();

@@ -1,19 +1,31 @@
 // The chat's history on this device, in IndexedDB: one database per device id, so
 // "Forget this device" deletes exactly that device's records. No DOM here; app.js renders.
+// With a gateway that keeps a journal (issue 24) it is a cache of that journal: the gateway
+// replays what came after the journal seq stored here, and `history` pages give the rest.
 //
-// A record is { key, seq, at, from, type, ... }: `key` is the bubble's key in the page
+// A record is { key, seq, at, from, type, jseq?, ... }: `key` is the bubble's key in the page
 // (server ids for agent messages and media, the app's own ids for user messages, `c:<id>`
-// for cards), so a record written twice is one record; `seq` orders the chat and stays the
-// same when a record is updated. Media records also carry `bytes` (their Blob's size).
+// for cards), so a record written twice is one record; `seq` is its order key (journalKey()
+// for an entry of the journal, else one past the largest so far) and stays the same when a
+// record is updated; `jseq` is the journal's seq of its latest change, when known. Media
+// records also carry `bytes` (their Blob's size).
 //
 // Writes are queued and flushed in one transaction a moment later, so rendering never waits
-// for the disk. Any IndexedDB failure (private mode, quota, a blocked open) turns history
-// off for this page with one console.warn: the chat goes on without it.
+// for the disk. The journal seq this page has kept goes in the same transaction as the
+// records it covers: a page that dies before a flush resumes from the seq before it, and
+// the gateway replays what was lost. Any IndexedDB failure (private mode, quota, a blocked
+// open) turns history off for this page with one console.warn: the chat goes on without it.
 
 export const MAX_RECORDS = 2000;
 export const MAX_MEDIA_BYTES = 50 * 1024 * 1024;
 const FLUSH_MS = 200;
-const DB_VERSION = 1;
+const DB_VERSION = 2; // 2: the `meta` store (the journal seq kept)
+
+// Order keys of journal entries: far above the time-based keys of records kept before the
+// journal (microseconds since 1970, below 2^52 until 2112), 1000 apart so that the person's
+// own messages, waiting for their seq, fit between two entries.
+const JOURNAL_BASE = 2 ** 52;
+export const journalKey = (jseq) => JOURNAL_BASE + jseq * 1000;
 
 const dbName = (deviceId) => `hermes-history-${deviceId}`;
 
@@ -35,12 +47,15 @@ function done(tx) {
 function openDb(name) {
   return new Promise((resolve, reject) => {
     const r = indexedDB.open(name, DB_VERSION);
-    r.onupgradeneeded = () => {
-      const items = r.result.createObjectStore('items', { keyPath: 'key' });
-      items.createIndex('seq', 'seq', { unique: false });
-      // Only media records have `bytes`, so this index lists exactly them, oldest first,
-      // and its keys alone (no Blob read) are enough to sum their sizes.
-      items.createIndex('media', ['seq', 'bytes'], { unique: false });
+    r.onupgradeneeded = (e) => {
+      if (e.oldVersion < 1) {
+        const items = r.result.createObjectStore('items', { keyPath: 'key' });
+        items.createIndex('seq', 'seq', { unique: false });
+        // Only media records have `bytes`, so this index lists exactly them, oldest first,
+        // and its keys alone (no Blob read) are enough to sum their sizes.
+        items.createIndex('media', ['seq', 'bytes'], { unique: false });
+      }
+      if (e.oldVersion < 2) r.result.createObjectStore('meta');
     };
     r.onsuccess = () => resolve(r.result);
     r.onerror = () => reject(r.error);
@@ -54,7 +69,10 @@ export class History {
     this.pending = new Map(); // key → record, the latest version wins
     this.timer = null;
     this.flushing = Promise.resolve();
-    this.lastSeq = 0;
+    this.lastSeq = 0; // the largest order key stored
+    this.count = 0; // records stored when it opened
+    this.journalSeq = 0; // the journal seq stored: everything up to it is in the records
+    this.pendingJournalSeq = null;
     this.warned = false;
   }
 
@@ -65,6 +83,7 @@ export class History {
       if (!globalThis.indexedDB) throw new Error('IndexedDB is not available');
       h.db = await openDb(dbName(deviceId));
       h.db.onversionchange = () => h.close(); // a Forget in another tab deletes it
+      await h.readState();
       // A phone may freeze or kill a hidden page at once: what is queued is written as the
       // page goes away, not FLUSH_MS later (a reply must not be lost to a quick reload).
       if (globalThis.addEventListener) {
@@ -109,15 +128,33 @@ export class History {
     this.db = null;
   }
 
-  // Time-based, so ids from an earlier page load sort before this one's.
-  nextSeq() {
-    this.lastSeq = Math.max(Date.now() * 1000, this.lastSeq + 1);
-    return this.lastSeq;
+  async readState() {
+    const tx = this.db.transaction(['items', 'meta'], 'readonly');
+    const items = tx.objectStore('items');
+    const [count, newest, seq] = await Promise.all([
+      req(items.count()),
+      req(items.index('seq').openKeyCursor(null, 'prev')),
+      req(tx.objectStore('meta').get('journalSeq')),
+    ]);
+    this.count = count;
+    this.lastSeq = newest ? newest.key : 0;
+    this.journalSeq = Number.isInteger(seq) ? seq : 0;
   }
 
   put(record) {
     if (!this.db) return;
     this.pending.set(record.key, record);
+    this.schedule();
+  }
+
+  // The journal seq this page now holds everything up to; written with the records queued.
+  putJournalSeq(seq) {
+    if (!this.db) return;
+    this.pendingJournalSeq = seq;
+    this.schedule();
+  }
+
+  schedule() {
     if (!this.timer) this.timer = setTimeout(() => this.flush(), FLUSH_MS);
   }
 
@@ -125,20 +162,38 @@ export class History {
   flush() {
     clearTimeout(this.timer);
     this.timer = null;
-    if (!this.db || !this.pending.size) return this.flushing;
+    const seq = this.pendingJournalSeq;
+    if (!this.db || (!this.pending.size && seq === null)) return this.flushing;
     const batch = [...this.pending.values()];
     this.pending.clear();
-    this.flushing = this.flushing.then(() => this.write(batch)).catch((e) => this.fail(e));
+    this.pendingJournalSeq = null;
+    this.flushing = this.flushing.then(() => this.write(batch, seq)).catch((e) => this.fail(e));
     return this.flushing;
   }
 
-  async write(batch) {
+  async write(batch, seq) {
     if (!this.db) return;
-    const tx = this.db.transaction('items', 'readwrite');
+    const tx = this.db.transaction(['items', 'meta'], 'readwrite');
     const items = tx.objectStore('items');
     for (const r of batch) items.put(r);
+    if (seq !== null) tx.objectStore('meta').put(seq, 'journalSeq');
     await done(tx);
-    await this.prune();
+    if (seq !== null) this.journalSeq = seq;
+    if (batch.length) await this.prune();
+  }
+
+  // Which of `keys` are stored (or queued): a page of the journal skips what is here.
+  async has(keys) {
+    const found = new Set(keys.filter((k) => this.pending.has(k)));
+    if (!this.db) return found;
+    try {
+      const store = this.db.transaction('items', 'readonly').objectStore('items');
+      const got = await Promise.all(keys.map((k) => req(store.getKey(k))));
+      got.forEach((k, i) => k !== undefined && found.add(keys[i]));
+    } catch (e) {
+      this.fail(e);
+    }
+    return found;
   }
 
   async prune() {
