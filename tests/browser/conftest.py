@@ -325,6 +325,42 @@ def make_app(browser, request):
     assert not problems, "the page was not clean:\n" + "\n".join(problems)
 
 
+def without_journal(page, gate=None):
+    """Routes the page's WebSocket so that the gateway looks like one without a journal (an
+    older gateway, or one whose journal could not be opened, L56): `resume` leaves the hello,
+    `seq` and `capabilities.history` leave every frame, and `received`/`resumed` are dropped.
+    `gate`, when given, is a dict whose "open" False refuses the socket (offline)."""
+
+    def route(ws):
+        if gate is not None and not gate["open"]:
+            ws.close(code=1001, reason="test: offline")
+            return
+        server = ws.connect_to_server()
+
+        def to_server(message):
+            if isinstance(message, str):
+                f = json.loads(message)
+                if f.get("t") == "hello":
+                    f.pop("resume", None)
+                message = json.dumps(f)
+            server.send(message)
+
+        def to_page(message):
+            if isinstance(message, str):
+                f = json.loads(message)
+                if f.get("t") in ("received", "resumed"):
+                    return
+                f.pop("seq", None)
+                (f.get("capabilities") or {}).pop("history", None)
+                message = json.dumps(f)
+            ws.send(message)
+
+        ws.on_message(to_server)
+        server.on_message(to_page)
+
+    page.route_web_socket(re.compile(r"/ws$"), route)
+
+
 @pytest.fixture
 def app(make_app, server):
     """A page on the shared gateway, not yet paired."""

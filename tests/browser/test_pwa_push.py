@@ -500,6 +500,7 @@ def test_forget_this_device_also_unsubscribes(make_app, server):
     wait_controlled(page)
     turn_on(page)
     page.locator("#forget-button").click()
+    page.locator("#forget-confirm").click()
     expect(page.locator("#pair")).to_be_visible()
     expect(page.locator("#push-button")).to_be_hidden()
     assert [f for f in recorded if f.get("t") == "push_unsubscribe"], recorded

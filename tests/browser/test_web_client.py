@@ -84,7 +84,15 @@ def test_pair_by_typing_the_token(app):
 def test_forget_this_device(app):
     page = app.page
     app.pair_by_link()
+    # It asks first; keeping everything changes nothing.
     page.locator("#forget-button").click()
+    expect(page.locator("#forget-dialog")).to_be_visible()
+    page.locator("#forget-cancel").click()
+    expect(page.locator("#forget-dialog")).to_be_hidden()
+    expect(page.locator("#pair")).to_be_hidden()
+    app.expect_online()
+    page.locator("#forget-button").click()
+    page.locator("#forget-confirm").click()
     expect(page.locator("#pair")).to_be_visible()
     storage = page.evaluate("JSON.stringify(Object.assign({}, localStorage))")
     assert TOKEN not in storage and "web-" not in storage, storage
