@@ -2,9 +2,9 @@
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
-import { hasHiddenChars, kindFromMime, splitHiddenChars, validateCard } from '/protocol.js';
+import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
 import { pairsThisPage, renderMarkdown } from '/markdown.js';
-import { History, journalKey } from '/history.js';
+import { History, journalKey, mediaRecord, recordOfItem } from '/history.js';
 import { initVoice } from '/voice.js';
 
 const $ = (id) => document.getElementById(id);
@@ -395,40 +395,9 @@ async function olderFromJournal(n) {
 
 // `history` items as records, without those already in the page or the cache.
 async function newRecords(items, blobs = new Map()) {
-  const records = items.map((i) => itemRecord(i, blobs)).filter(Boolean);
+  const records = items.map((i) => recordOfItem(i, blobs)).filter(Boolean);
   const cached = past.history ? await past.history.has(records.map((r) => r.key)) : new Set();
   return records.filter((r) => !cached.has(r.key) && !bubbles.has(r.key) && !(r.type === 'card' && cards.has(r.id)));
-}
-
-// One `history` item (L59) as a record of this page's history. `blobs`: file bytes the
-// replay brought, by id (a `history` item has none).
-function itemRecord(i, blobs) {
-  if (!Number.isInteger(i.seq) || typeof i.id !== 'string' || !i.id) return null;
-  const t = String(i.t).toLowerCase();
-  const base = { seq: journalKey(i.seq), jseq: i.seq, at: null, id: i.id };
-  const file = (from, d) => ({ ...base, ...mediaRecord(from, i.id, { ...d, blob: blobs.get(i.id) || null }), final: true });
-  const meta = { kind: i.kind, mime: i.mime || '', filename: i.filename || '', caption: i.caption || '', size: i.size || 0, url: i.url };
-  if (i.from === 'user') {
-    if (t === 'text') return { ...base, key: i.id, from: 'user', type: 'text', text: String(i.text ?? ''), final: true };
-    if (t === 'media') return { key: i.id, ...file('user', meta) };
-    if (t === 'audio') {
-      const voice = { ...meta, kind: 'voice', mime: `audio/${i.format || 'wav'}`, filename: 'Voice message', caption: i.text || '' };
-      return { key: i.id, ...file('user', voice) };
-    }
-    return null;
-  }
-  if (t === 'message') return { ...base, key: 'm:' + i.id, from: 'agent', type: 'text', text: String(i.text ?? ''), final: i.final !== false };
-  if (t === 'media') return { key: 'f:' + i.id, ...file('agent', meta) };
-  if (t !== 'prompt') return null;
-  const card = validateCard(i);
-  if (!card) return null;
-  const closed = i.closed && typeof i.closed === 'object' ? i.closed : null;
-  if (!closed) return { ...base, key: 'c:' + i.id, type: 'card', card, state: 'open' };
-  const optionId = typeof closed.option_id === 'string' ? closed.option_id.toLowerCase() : null;
-  const option = optionId && card.options.find((o) => o.id === optionId);
-  card.state = closed.expired === true ? 'expired' : 'done';
-  const result = card.state === 'expired' ? 'expired' : option ? option.label : optionId || 'done';
-  return { ...base, key: 'c:' + i.id, type: 'card', card, state: card.state, result, optionId };
 }
 
 // Shows `history` items where their keys put them (a new device's first page, a catch-up).
@@ -644,14 +613,6 @@ function onMedia({ detail: d }) {
     remember(m, 'f:' + d.id, mediaRecord('agent', d.id, d));
   });
   client.ack(d.id);
-}
-
-// A media item as history keeps it: the Blob itself (IndexedDB stores it), its name and type.
-function mediaRecord(from, id, d) {
-  const media = { kind: d.kind, mime: d.mime, filename: d.filename, caption: d.caption, size: d.size, url: d.url, blob: d.blob };
-  const r = { from, type: 'media', id, media, final: from === 'agent' };
-  if (d.blob) r.bytes = d.blob.size; // only media with bytes count against the media budget
-  return r;
 }
 
 // The body of media bubble `m`. `markdown`: the caption is the agent's, so Markdown.

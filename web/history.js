@@ -16,6 +16,8 @@
 // the gateway replays what was lost. Any IndexedDB failure (private mode, quota, a blocked
 // open) turns history off for this page with one console.warn: the chat goes on without it.
 
+import { validateCard } from '/protocol.js';
+
 export const MAX_RECORDS = 2000;
 export const MAX_MEDIA_BYTES = 50 * 1024 * 1024;
 const FLUSH_MS = 200;
@@ -28,6 +30,47 @@ const JOURNAL_BASE = 2 ** 52;
 export const journalKey = (jseq) => JOURNAL_BASE + jseq * 1000;
 
 const dbName = (deviceId) => `hermes-history-${deviceId}`;
+
+// A file as a record: its Blob itself (IndexedDB stores it), its name and type.
+export function mediaRecord(from, id, d) {
+  const media = { kind: d.kind, mime: d.mime, filename: d.filename, caption: d.caption, size: d.size, url: d.url, blob: d.blob };
+  const r = { from, type: 'media', id, media, final: from === 'agent' };
+  if (d.blob) r.bytes = d.blob.size; // only media with bytes count against the media budget
+  return r;
+}
+
+/**
+ * One `history` item of the journal (L59) as a record, or null for one this page cannot
+ * show. `blobs`: file bytes by id that came some other way (a `history` item has none).
+ */
+export function recordOfItem(i, blobs = new Map()) {
+  if (!Number.isInteger(i.seq) || typeof i.id !== 'string' || !i.id) return null;
+  const t = String(i.t).toLowerCase();
+  const base = { seq: journalKey(i.seq), jseq: i.seq, at: null, id: i.id };
+  const file = (from, d) => ({ ...base, ...mediaRecord(from, i.id, { ...d, blob: blobs.get(i.id) || null }), final: true });
+  const meta = { kind: i.kind, mime: i.mime || '', filename: i.filename || '', caption: i.caption || '', size: i.size || 0, url: i.url };
+  if (i.from === 'user') {
+    if (t === 'text') return { ...base, key: i.id, from: 'user', type: 'text', text: String(i.text ?? ''), final: true };
+    if (t === 'media') return { key: i.id, ...file('user', meta) };
+    if (t === 'audio') {
+      const voice = { ...meta, kind: 'voice', mime: `audio/${i.format || 'wav'}`, filename: 'Voice message', caption: i.text || '' };
+      return { key: i.id, ...file('user', voice) };
+    }
+    return null;
+  }
+  if (t === 'message') return { ...base, key: 'm:' + i.id, from: 'agent', type: 'text', text: String(i.text ?? ''), final: i.final !== false };
+  if (t === 'media') return { key: 'f:' + i.id, ...file('agent', meta) };
+  if (t !== 'prompt') return null;
+  const card = validateCard(i);
+  if (!card) return null;
+  const closed = i.closed && typeof i.closed === 'object' ? i.closed : null;
+  if (!closed) return { ...base, key: 'c:' + i.id, type: 'card', card, state: 'open' };
+  const optionId = typeof closed.option_id === 'string' ? closed.option_id.toLowerCase() : null;
+  const option = optionId && card.options.find((o) => o.id === optionId);
+  card.state = closed.expired === true ? 'expired' : 'done';
+  const result = card.state === 'expired' ? 'expired' : option ? option.label : optionId || 'done';
+  return { ...base, key: 'c:' + i.id, type: 'card', card, state: card.state, result, optionId };
+}
 
 function req(r) {
   return new Promise((resolve, reject) => {
