@@ -212,6 +212,7 @@ export interface PromptCard {
    * warning, so the person sees what they approve (Trojan Source).
    */
   hiddenChars: boolean;
+  /** Seconds it had left when it came (300 when the frame said none); 0 for a card a journal replays as closed since: its `promptdone` follows. */
   timeoutSeconds: number;
   /** When it expires, ms since the epoch. */
   expiresAt: number;

@@ -181,7 +181,8 @@ export function validateCard(f) {
   }
   if (!options.length) return null;
   const t = f.timeout_seconds;
-  const timeoutSeconds = Number.isInteger(t) && t > 0 ? t : 300;
+  // 0: no time left, a card the journal replays as closed since (its prompt_done follows, L58).
+  const timeoutSeconds = Number.isInteger(t) && t >= 0 ? t : 300;
   const command = typeof f.command === 'string' ? f.command : '';
   const description = typeof f.description === 'string' ? f.description : '';
   // The gateway says so (issue 23), and an older gateway does not: checked here as well.

@@ -127,8 +127,12 @@ test('the seq is kept once what it covers is whole: all chunks, all parts, a car
   assert.equal(client.seq, 3, 'one part of two: not kept yet');
   ws.recv(file('f1', 1, 2, 'IQ==', 4));
   assert.equal(client.seq, 4);
-  ws.recv(card('p1', 'slash_confirm', [{ id: 'once', label: 'Yes' }, { id: 'cancel', label: 'No' }], 6));
+  // Opened and closed since (L58): no time left, then how it closed.
+  const opened = waitFor(client, 'prompt');
+  ws.recv({ ...card('p1', 'slash_confirm', [{ id: 'once', label: 'Yes' }, { id: 'cancel', label: 'No' }], 6), timeout_seconds: 0 });
+  assert.equal((await opened).card.timeoutSeconds, 0);
   ws.recv({ t: 'prompt_done', id: 'p1', option_id: 'once', seq: 7 });
+  assert.equal(client.prompts.get('p1').state, 'done');
   // A file whose bytes the gateway no longer holds: its metadata, and its seq.
   const gone = waitFor(client, 'media', (d) => d.id === 'f2');
   ws.recv(file('f2', 0, 1, null, 8));
