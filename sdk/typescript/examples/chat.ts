@@ -6,8 +6,11 @@
 // it with tsc (module NodeNext, strict) and run: node chat.js --url ws://127.0.0.1:8787/ws --token TOKEN
 //
 // Lines: any text is sent; a number (or an option id) answers the open card; `/file PATH`
-// sends a file; `/quit` leaves. Received files are saved with --save DIR.
+// sends a file; `/history` shows the last 20 entries the gateway keeps; `/quit` leaves.
+// Received files are saved with --save DIR. With --seq-file PATH it resumes where it stopped
+// last time (the journal's seq is kept in that file): nothing missed, nothing twice.
 import { createInterface } from 'node:readline';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { readFile, writeFile, mkdir } from 'node:fs/promises';
 import { basename, join } from 'node:path';
 import { HermesClient, HermesError, type PromptCard, type WebSocketClass } from 'hermes-mobile-client';
@@ -28,10 +31,25 @@ async function webSocketClass(): Promise<WebSocketClass> {
 const url = arg('url', 'HERMES_URL') ?? 'ws://127.0.0.1:8787/ws';
 const token = arg('token', 'HERMES_TOKEN');
 const saveDir = arg('save', 'HERMES_SAVE_DIR');
+const seqFile = arg('seq-file', 'HERMES_SEQ_FILE');
 if (!token) {
-  console.error('usage: chat --url ws://HOST:8787/ws --token TOKEN [--device ID] [--save DIR]');
+  console.error('usage: chat --url ws://HOST:8787/ws --token TOKEN [--device ID] [--save DIR] [--seq-file PATH]');
   process.exit(2);
 }
+
+// The journal's seq in a file: read once before the first hello, written as it grows.
+const seqStore = seqFile
+  ? {
+      load: (): number => {
+        try {
+          return Number(readFileSync(seqFile, 'utf8')) || 0;
+        } catch {
+          return 0; // no file yet: everything the gateway keeps is replayed
+        }
+      },
+      save: (n: number): void => writeFileSync(seqFile, String(n)),
+    }
+  : null;
 
 const client = new HermesClient({
   url,
@@ -40,6 +58,7 @@ const client = new HermesClient({
   deviceName: 'Terminal',
   platform: 'node',
   WebSocket: await webSocketClass(),
+  seqStore,
 });
 
 // A streamed reply grows in place: print what was added; a rewrite starts a new line.
@@ -99,6 +118,16 @@ for await (const raw of lines) {
   if (!line) continue;
   try {
     if (line === '/quit') break;
+    if (line === '/history') {
+      const { items, more } = await client.history(null, 20);
+      if (more) console.log('[…]');
+      for (const item of items) {
+        const who = 'from' in item && item.from === 'user' ? 'you' : 'hermes';
+        const what = 'text' in item && item.text ? item.text : item.t === 'media' ? `[file ${item.filename}]` : `[${item.t}]`;
+        console.log(`${item.seq}. ${who}: ${what}`);
+      }
+      continue;
+    }
     if (line.startsWith('/file ')) {
       const path = line.slice(6).trim();
       const bytes = await readFile(path);
