@@ -402,6 +402,7 @@ async function newRecords(items, blobs = new Map()) {
 
 // Shows `history` items where their keys put them (a new device's first page, a catch-up).
 async function showItems(items, blobs, stick) {
+  for (const i of items) if (i.from === 'user') wasSent(i);
   const records = await newRecords(items, blobs);
   keepBottom(stick, () => {
     for (const r of records) {
@@ -413,6 +414,17 @@ async function showItems(items, blobs, stick) {
     }
     trimMessages();
   });
+}
+
+// The person's own message shown as not sent (the page went away before its `received`),
+// which the journal has after all: it was sent.
+function wasSent(item) {
+  const m = bubbles.get(item.id);
+  if (!m || !m.classList.contains('failed')) return;
+  m.classList.remove('failed');
+  const at = past.records.get(m)?.at;
+  m.querySelector('.msg-meta').textContent = at ? fmtTime(new Date(at)) : '';
+  markBubble(item.id, 'final', null, item.seq);
 }
 
 // ---- the journal's replay (L58) ----------------------------------------------------------
