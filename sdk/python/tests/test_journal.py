@@ -28,6 +28,7 @@ from hermes_mobile_client import (
     Resumed,
     UserMessage,
     connect,
+    validate_card,
 )
 
 from conftest import TOKEN, Gateway, start_gateway, stop_gateway
@@ -239,6 +240,23 @@ def test_a_seq_above_the_gateways_means_a_new_journal_replayed_from_0(
     assert [h["resume"] for h in frames.sent("hello")] == [{"after": 1000000}, {"after": 0}]
     assert texts(events) == ["echo: in the new journal"], "all of the new journal, once"
     assert int(seq_file.read_text()) < 1000000
+
+
+def test_a_card_replayed_as_closed_since_has_no_time_left() -> None:
+    async def scenario() -> None:
+        c = connect("ws://127.0.0.1:9/ws", token=TOKEN)
+        card = validate_card(
+            {"t": "prompt", "id": "p1", "kind": "slash_confirm", "text": "Deploy?", "session": "mobile:x",
+             "options": [{"id": "once", "label": "Yes"}], "timeout_seconds": 0, "seq": 6}
+        )  # fmt: skip
+        assert card is not None
+        assert (card.timeout_seconds, card.seq) == (0, 6)
+        c.cards[card.id] = card
+        with pytest.raises(HermesError) as e:
+            c.answer(card, "once")  # its prompt_done (L58) is on the way
+        assert e.value.code == "prompt_closed"
+
+    run(scenario())
 
 
 def test_a_seq_file_that_holds_no_seq_is_refused(tmp_path: Path) -> None:

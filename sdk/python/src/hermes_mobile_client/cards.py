@@ -31,7 +31,9 @@ def validate_card(f: Mapping[str, Any]) -> Card | None:
     if not options:
         return None
     t = u.as_int(f.get("timeout_seconds"))
-    timeout = t if t is not None and t > 0 else DEFAULT_TIMEOUT_SECONDS
+    # 0: no time left, a card the journal replays as closed since (its prompt_done follows,
+    # L58). The default is only for a frame that says nothing.
+    timeout = t if t is not None and t >= 0 else DEFAULT_TIMEOUT_SECONDS
     command, description = u.str_field(f, "command"), u.str_field(f, "description")
     # The gateway says so (issue 23), and an older gateway does not: checked here as well.
     shown = [text, command, description, *(o.label for o in options)]

@@ -135,7 +135,9 @@ class Card:
     `description` or a label holds a hidden character (the gateway's flag, or this client's
     own check): show the card through `reveal_hidden_chars` with a warning (issue 23).
     `seq` is its journal seq (its opening's; in `history()`, its latest change's), and
-    `answered` the option it closed with, once known (a CardDone, or a history item)."""
+    `answered` the option it closed with, once known (a CardDone, or a history item).
+    `timeout_seconds` is 0 for a card a resume replays as closed since: its CardDone
+    follows, and `answer()` refuses it (`prompt_closed`)."""
 
     id: str
     kind: str

@@ -109,7 +109,8 @@ class SendingMixin(OutboxMixin):
         # A card this client has seen is checked here; an unknown one is left to the gateway.
         known = self.cards.get(prompt_id)
         if known is not None:
-            if known.state != "open":
+            if known.state != "open" or known.timeout_seconds == 0:
+                # timeout_seconds 0: replayed as closed since, its prompt_done on the way (L58)
                 raise HermesError("prompt_closed", "the card is closed")
             if option_id and known.option(option_id) is None:
                 raise HermesError("bad_frame", "not an option of this card")
