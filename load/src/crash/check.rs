@@ -206,21 +206,26 @@ fn replies(phones: &[PhoneLog], agent: &[AgentEvent]) -> Section {
     let all = messages(phones);
     let mut violations = Vec::new();
     let mut notes = Vec::new();
-    let (mut confirmed, mut live, mut in_final, mut mid_turn, mut unacked, mut lost_before) = (0, 0, 0, 0, 0, 0);
+    let (mut confirmed, mut mid_turn, mut unacked, mut lost_before) = (0, 0, 0, 0);
+    // How each reply first came: [live, replayed after a reconnect, in the final resume].
+    let mut how = [0; 3];
     let mut others = 0;
     for phone in phones {
-        // Where each reply was first seen: live, or only in the final resume.
-        let mut seen: HashMap<&str, bool> = HashMap::new();
+        // How each reply first came, as an index into `how`.
+        let mut seen: HashMap<&str, usize> = HashMap::new();
         for conn in &phone.conns {
             for f in &conn.frames {
-                let Frame::Message { text, .. } = f else { continue };
+                let Frame::Message { text, replayed, .. } = f else {
+                    continue;
+                };
                 let Some(to) = reply_to(text) else {
                     others += 1;
                     continue;
                 };
                 match all.get(to) {
                     Some((owner, _)) if owner.device == phone.device => {
-                        seen.entry(to).or_insert(conn.final_resume);
+                        let way = if conn.final_resume { 2 } else { usize::from(*replayed) };
+                        seen.entry(to).or_insert(way);
                     }
                     Some((owner, _)) => violations.push(format!(
                         "{}'s reply to {to} reached {} (connection to #{})",
@@ -232,16 +237,9 @@ fn replies(phones: &[PhoneLog], agent: &[AgentEvent]) -> Section {
         }
         for sent in phone.sent.iter().filter(|s| s.confirmed()) {
             confirmed += 1;
-            match seen.get(sent.id.as_str()) {
-                Some(false) => {
-                    live += 1;
-                    continue;
-                }
-                Some(true) => {
-                    in_final += 1;
-                    continue;
-                }
-                None => {}
+            if let Some(&way) = seen.get(sent.id.as_str()) {
+                how[way] += 1;
+                continue;
             }
             let evs = events.get(sent.id.as_str()).map(Vec::as_slice).unwrap_or(&[]);
             let has = |f: &dyn Fn(&AgentKind) -> bool| evs.iter().any(|e| f(&e.kind));
@@ -274,10 +272,11 @@ fn replies(phones: &[PhoneLog], agent: &[AgentEvent]) -> Section {
     Section {
         title: "each reply the agent wrote for a confirmed message reached its phone",
         summary: format!(
-            "{confirmed} confirmed: {live} replies seen live, {in_final} only in the final resume; \
-             {mid_turn} never written (the agent's turn cut by a kill); {unacked} written but never \
-             taken (the gateway died before its ok); {lost_before} never reached the agent (see 1); \
-             {others} other message frames"
+            "{confirmed} confirmed: replies seen live {}, in a replay after a reconnect {}, only in the \
+             final resume {}; {mid_turn} never written (the agent's turn cut by a kill); {unacked} \
+             written but never taken (the gateway died before its ok); {lost_before} never reached \
+             the agent (see 1); {others} other message frames",
+            how[0], how[1], how[2]
         ),
         notes,
         violations,
@@ -556,7 +555,8 @@ mod tests {
         assert!(two.violations[0]
             .ends_with("the phone was offline since 0.500 s (dropped on purpose) when the agent wrote it"));
         assert!(
-            two.summary.contains("0 replies seen live, 1 only in the final resume"),
+            two.summary
+                .contains("seen live 0, in a replay after a reconnect 0, only in the final resume 1"),
             "{}",
             two.summary
         );
