@@ -214,6 +214,13 @@ pub enum Accepted {
     Done,
     /// A `Deliver` reached this device (S5).
     Delivered(DeviceId),
+    /// Held for an offline device (M4, L45): the promise is only good once the journal
+    /// has it, so whoever confirms it to the agent waits for `ticket`'s commit
+    /// ([`crate::Gateway::handle_journal_committed`]; issue 24).
+    Kept {
+        ticket: u64,
+        then: Box<Accepted>,
+    },
 }
 
 /// Why a command was refused. Nothing was sent.
@@ -237,6 +244,8 @@ pub enum CommandError {
     DeviceOffline,
     /// `Deliver` without a target and without `MOBILE_HOME_DEVICE` (S3).
     BadTarget,
+    /// Held for an offline device, but the journal's commit failed: not kept (issue 24).
+    NotKept,
 }
 
 impl CommandError {
@@ -252,6 +261,7 @@ impl CommandError {
             CommandError::HoldFull => "hold_full",
             CommandError::DeviceOffline => "device_offline",
             CommandError::BadTarget => "bad_target",
+            CommandError::NotKept => "not_kept",
         }
     }
 }
@@ -267,6 +277,7 @@ impl std::fmt::Display for CommandError {
             CommandError::TooManyPrompts => f.write_str("too many cards open for this device or in all"),
             CommandError::HoldFull => f.write_str("offline hold for this device is full"),
             CommandError::DeviceOffline => f.write_str("target device is not online"),
+            CommandError::NotKept => f.write_str("the gateway's journal could not keep it; send it again"),
             CommandError::BadTarget => f.write_str("deliver needs a target (no MOBILE_HOME_DEVICE set)"),
         }
     }

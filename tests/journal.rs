@@ -464,3 +464,21 @@ fn frames_waiting_behind_a_stalled_journal_are_bounded() {
         "every reply is kept and resumed"
     );
 }
+
+#[test]
+fn output_held_for_an_offline_device_is_accepted_only_once_kept() {
+    // The crash test found an agent told ok ~20 ms before the reply it held reached the
+    // disk: its confirmation now names the commit it waits for.
+    let mut h = harness();
+    let phone = h.connect("tel-1");
+    let live = h.try_agent(reply("tel-1", "r1", "live", true)).unwrap();
+    assert_eq!(live, hermes_mobile::Accepted::Done, "live output promises nothing more");
+    h.close(phone);
+    h.auto_commit = false;
+    let held = h.try_agent(reply("tel-1", "r2", "held", true)).unwrap();
+    let hermes_mobile::Accepted::Kept { ticket, then } = held else {
+        panic!("{held:?}")
+    };
+    assert_eq!(*then, hermes_mobile::Accepted::Done);
+    assert!(ticket > 0);
+}

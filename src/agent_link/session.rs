@@ -517,6 +517,10 @@ impl AgentLink {
             (Ok(accepted), Some(reference)) => {
                 let device = match accepted {
                     Accepted::Delivered(device) => Some(device),
+                    Accepted::Kept { then, .. } => match then.as_ref() {
+                        Accepted::Delivered(device) => Some(device),
+                        _ => None,
+                    },
                     Accepted::Done => None,
                 };
                 let line = ok_line(reference, device);

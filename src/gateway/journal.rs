@@ -79,6 +79,9 @@ pub(super) struct Journal {
     pub gate: VecDeque<(u64, AgentEvent)>,
     /// The highest ticket committed (or failed) so far.
     committed: u64,
+    /// The ticket the agent's current command waits for (held output): `handle_agent`
+    /// hands it back as `Accepted::Kept`.
+    pub kept: Option<u64>,
 }
 
 impl Journal {
@@ -92,6 +95,7 @@ impl Journal {
             reads: HashMap::new(),
             gate: VecDeque::new(),
             committed: 0,
+            kept: None,
         }
     }
 }
@@ -309,6 +313,18 @@ impl Gateway {
         self.confirm(Waiting::Events);
         if let Some(j) = self.journal.as_mut() {
             j.gate.push_back((j.next_ticket, event));
+        }
+    }
+
+    /// The agent's command made a promise (output held for an offline device): its
+    /// confirmation waits for a commit (`Accepted::Kept`).
+    pub(super) fn keep_promised(&mut self) {
+        if !self.journal_on() {
+            return;
+        }
+        self.confirm(Waiting::Events);
+        if let Some(j) = self.journal.as_mut() {
+            j.kept = Some(j.next_ticket);
         }
     }
 

@@ -25,7 +25,16 @@ impl Gateway {
     /// A command from the agent. On error nothing was sent or held.
     pub fn handle_agent(&mut self, now: Time, command: AgentCommand) -> Result<Accepted, CommandError> {
         self.now = self.now.max(now);
-        self.handle_port_command(now, command)
+        let accepted = self.handle_port_command(now, command)?;
+        // Held output is a promise only once it is on disk (issue 24): its confirmation to
+        // the agent waits for the commit.
+        Ok(match self.journal.as_mut().and_then(|j| j.kept.take()) {
+            Some(ticket) => Accepted::Kept {
+                ticket,
+                then: Box::new(accepted),
+            },
+            None => accepted,
+        })
     }
 
     fn handle_port_command(&mut self, now: Time, command: AgentCommand) -> Result<Accepted, CommandError> {
@@ -136,7 +145,10 @@ impl Gateway {
             } => {
                 // The agent's deliveries are keyed apart from services' and phones' (L34).
                 let sender = DeviceId(format!("a:{sender}"));
-                let (device, _held) = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
+                let (device, held) = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
+                if held.is_some() {
+                    self.keep_promised();
+                }
                 return Ok(Accepted::Delivered(device));
             }
         };
@@ -196,6 +208,7 @@ impl Gateway {
                 let seq = self.keep_reply(now, &device, &message, version);
                 let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.message(now, &message, text, phone_saw, done, seq)?;
+                self.keep_promised();
                 self.arm_hold(now, &device);
                 if done {
                     // (b): one final reply, one notification (coalesced by the server).
@@ -245,6 +258,7 @@ impl Gateway {
                 let seq = self.keep_file(now, &device, &id, &file, true);
                 let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.file(now, id, file, seq)?;
+                self.keep_promised();
                 self.arm_hold(now, &device);
             }
         }

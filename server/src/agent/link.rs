@@ -28,6 +28,9 @@ pub struct LinkAgent {
     commands: VecDeque<(Origin, LinkCommand)>,
     /// The command handed to the core last, to answer its outcome.
     current: Option<Origin>,
+    /// Outcomes of output held for an offline device, answered once the journal has it
+    /// (issue 24): the agent's `ok` is a promise the gateway must be able to keep.
+    after_commit: VecDeque<(u64, Origin, Accepted)>,
     /// While a file is read, later commands wait: the agent's order is kept.
     loading: Option<Loading>,
     next_load: LoadTag,
@@ -40,6 +43,7 @@ impl LinkAgent {
             io: VecDeque::new(),
             commands: VecDeque::new(),
             current: None,
+            after_commit: VecDeque::new(),
             loading: None,
             next_load: 0,
         }
@@ -165,8 +169,22 @@ impl PureAgent for LinkAgent {
     }
 
     fn handle_accepted(&mut self, _now: Time, accepted: &Accepted) {
-        if let Some(origin) = self.current.take() {
-            self.link.handle_outcome(&origin, Ok(accepted));
+        let Some(origin) = self.current.take() else { return };
+        match accepted {
+            Accepted::Kept { ticket, then } => self.after_commit.push_back((*ticket, origin, (**then).clone())),
+            accepted => self.link.handle_outcome(&origin, Ok(accepted)),
+        }
+    }
+
+    fn handle_committed(&mut self, _now: Time, ticket: u64, kept: bool) {
+        while self.after_commit.front().is_some_and(|(t, _, _)| *t <= ticket) {
+            let Some((_, origin, accepted)) = self.after_commit.pop_front() else {
+                break;
+            };
+            match kept {
+                true => self.link.handle_outcome(&origin, Ok(&accepted)),
+                false => self.link.handle_outcome(&origin, Err(&CommandError::NotKept)),
+            }
         }
     }
 

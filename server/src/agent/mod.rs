@@ -70,6 +70,9 @@ pub trait PureAgent {
     fn handle_refused(&mut self, _now: Time, _what: Refused, _error: &CommandError) {}
     /// The gateway carried out the last command.
     fn handle_accepted(&mut self, _now: Time, _accepted: &Accepted) {}
+    /// The journal committed everything up to `ticket` (`Accepted::Kept`), or could not
+    /// (`kept: false`).
+    fn handle_committed(&mut self, _now: Time, _ticket: u64, _kept: bool) {}
 }
 
 /// The agent the event loop drives.
@@ -116,6 +119,10 @@ impl Agent {
 
     pub fn handle_accepted(&mut self, now: Time, accepted: &Accepted) {
         self.pure().handle_accepted(now, accepted)
+    }
+
+    pub fn handle_committed(&mut self, now: Time, ticket: u64, kept: bool) {
+        self.pure().handle_committed(now, ticket, kept)
     }
 
     /// The next piece of work for the loop. Drain until `None` after every `handle_*`.

@@ -131,11 +131,15 @@ impl Server {
                 return;
             };
             match done {
-                Done::Committed { ticket } => self.core.handle_journal_committed(t, ticket),
+                Done::Committed { ticket } => {
+                    self.core.handle_journal_committed(t, ticket);
+                    self.agent.handle_committed(t, ticket, true);
+                }
                 Done::WriteFailed { ticket, error } => {
                     self.log_journal_failure(&error);
                     if let Some(ticket) = ticket {
                         self.core.handle_journal_failed(t, ticket);
+                        self.agent.handle_committed(t, ticket, false);
                     }
                 }
                 Done::Read { token, result } => self.core.handle_journal_read(t, token, result),
