@@ -72,3 +72,5 @@ pub const CLOSE_NORMAL: u16 = 1000;
 pub const CLOSE_GOING_AWAY: u16 = 1001;
 /// RFC 6455 1013 "try again later": the journal is slow to answer (issue 24).
 pub const CLOSE_TRY_AGAIN: u16 = 1013;
+/// RFC 6455 1011: the gateway met a condition it could not handle (a journal read failed).
+pub const CLOSE_INTERNAL_ERROR: u16 = 1011;

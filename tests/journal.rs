@@ -482,3 +482,22 @@ fn output_held_for_an_offline_device_is_accepted_only_once_kept() {
     assert_eq!(*then, hermes_mobile::Accepted::Done);
     assert!(ticket > 0);
 }
+
+#[test]
+fn history_pages_a_connection_waits_for_are_bounded() {
+    // A peer cannot queue reads on the journal's thread without bound.
+    let mut h = harness();
+    let phone = h.connect("tel-1");
+    h.held_reads = Some(Vec::new());
+    for i in 0..6 {
+        h.send(phone, json!({"t":"history","id":format!("h{i}")}));
+    }
+    let frames = h.take(phone);
+    let errors: Vec<&Value> = frames.iter().filter(|f| f["t"] == "error").collect();
+    assert_eq!(errors.len(), 2, "{frames:?}");
+    assert_eq!(
+        (errors[0]["id"].as_str(), errors[0]["fatal"].as_bool()),
+        (Some("h4"), Some(false))
+    );
+    assert_eq!(h.held_reads.as_ref().unwrap().len(), 4);
+}

@@ -15,6 +15,9 @@ use crate::wire::journal::{with_seq, HistoryPage, Resumed};
 use crate::wire::server::encode;
 use crate::wire::{DownloadKind, ErrorCode, Rejection};
 
+/// `history` pages a connection may have asked for and not yet got.
+const MAX_HISTORY_READS_PER_CONN: usize = 4;
+
 impl Gateway {
     /// Restores what the journal kept (before any input): seqs, held output, open cards and
     /// the idempotency windows. Entries this build cannot read are skipped and logged.
@@ -146,8 +149,10 @@ impl Gateway {
         let entries = match result {
             Ok(r) => r.entries,
             Err(e) => {
+                // No `resumed`: the client must not think it caught up. It resumes again
+                // after the same seq on its next connection.
                 log::warn!("{conn:?}: the journal could not be read for resume: {e}");
-                Vec::new()
+                return self.close(conn, crate::limits::CLOSE_INTERNAL_ERROR, "journal read failed");
             }
         };
         for entry in entries {
@@ -216,6 +221,20 @@ impl Gateway {
     pub(super) fn on_history(&mut self, conn: ConnId, device: &DeviceId, id: &str, before: Option<u64>, limit: usize) {
         if !self.history_on() {
             let r = Rejection::new(ErrorCode::UnsupportedFrame, "history is off on this gateway");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        }
+        // One peer cannot queue reads without bound on the journal's thread.
+        let waiting = self.journal.as_ref().map_or(0, |j| {
+            j.reads
+                .values()
+                .filter(|r| matches!(r, PendingRead::History { conn: c, .. } if *c == conn))
+                .count()
+        });
+        if waiting >= MAX_HISTORY_READS_PER_CONN {
+            let r = Rejection::new(
+                ErrorCode::InternalError,
+                "too many history pages asked at once; wait for one",
+            );
             return self.send_error(conn, &r.with_id(Some(id)), false);
         }
         let read = Read::Before {

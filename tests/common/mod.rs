@@ -28,6 +28,8 @@ pub struct Harness {
     pub journal: Option<hermes_mobile::journal::memory::MemoryJournal>,
     /// Commit after every input (a fast disk); off, commits wait for `commit()`.
     pub auto_commit: bool,
+    /// Journal reads wait here instead of being answered at once (a slow disk).
+    pub held_reads: Option<Vec<(u64, hermes_mobile::journal::Read)>>,
 }
 
 impl Harness {
@@ -48,6 +50,7 @@ impl Harness {
             push_changes: 0,
             journal: None,
             auto_commit: true,
+            held_reads: None,
         }
     }
 
@@ -138,6 +141,9 @@ impl Harness {
                     if let Some(j) = self.journal.as_mut() {
                         j.apply(record);
                     }
+                }
+                Output::JournalRead { token, read } if self.held_reads.is_some() => {
+                    self.held_reads.get_or_insert_with(Vec::new).push((token, read));
                 }
                 Output::JournalRead { token, read } => {
                     let result = self.journal.as_ref().map(|j| j.read(&read)).unwrap_or_default();
