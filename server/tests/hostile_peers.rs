@@ -102,7 +102,9 @@ fn a_peer_that_closes_right_behind_its_message_has_it_taken_and_answered_once() 
         server.log_text().contains("\"tel-1\" closed")
     });
     drop(c);
-    wait_until("the reply is held", Duration::from_secs(10), || health(&server)["held_bytes"] != 0);
+    wait_until("the reply is held", Duration::from_secs(10), || {
+        health(&server)["held_bytes"] != 0
+    });
     let mut again = Client::hello(&server, "tel-1");
     again.send(json!({"t":"ping","ts":1}));
     let frames = again.until("pong");
