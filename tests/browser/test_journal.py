@@ -70,7 +70,9 @@ def test_a_reload_right_after_a_reply_keeps_the_conversation(app):
     page.evaluate(RELOAD_ON_REPLY_JS)
     hellos = len([f for f in app.sent if f.get("t") == "hello"])
     app.send("the last words")
-    page.wait_for_function("sessionStorage.getItem('reloaded') !== null")
+    # A function with interval polling: a bare expression is eval'd in the page, which its
+    # Content-Security-Policy (script-src 'self') refuses whenever the first check fails.
+    page.wait_for_function("() => sessionStorage.getItem('reloaded') !== null", polling=100, timeout=15_000)
     app.expect_online()
     app.agent_text("echo: the last words")
     page.wait_for_timeout(1500)  # a second copy from the replay or history would be here by now
