@@ -501,3 +501,50 @@ fn history_pages_a_connection_waits_for_are_bounded() {
     );
     assert_eq!(h.held_reads.as_ref().unwrap().len(), 4);
 }
+
+#[test]
+fn a_card_id_reused_for_another_device_is_never_shown_to_the_first() {
+    // Found in review: card ids are the agent's; the replay and history looked them up
+    // without the device, so tel-1 saw tel-2's card.
+    let mut h = harness();
+    let phone = h.connect("tel-1");
+    h.agent(card("tel-1", "c1", 300));
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"deny"}));
+    h.advance_ms(700_000); // past P4's window: the id may be used again
+    h.agent(AgentCommand::OpenPrompt {
+        device: DeviceId::from("tel-2"),
+        prompt: PromptId::from("c1"),
+        request: PromptRequest::ExecApproval {
+            command: "cat /secret/of/tel-2".into(),
+            description: String::new(),
+            options: vec![],
+        },
+        ttl_secs: Some(300),
+    });
+    h.take(phone);
+    h.send(phone, json!({"t":"history","id":"h1"}));
+    let page = h.take(phone).remove(0);
+    let text = page.to_string();
+    assert!(!text.contains("secret"), "{text}");
+    let (_, frames) = hello_resume(&mut h, "tel-1", 0);
+    let text = serde_json::to_string(&frames).unwrap();
+    assert!(!text.contains("secret"), "{text}");
+    assert!(
+        frames.iter().any(|f| f["t"] == "prompt_done"),
+        "its own card closed: {frames:?}"
+    );
+}
+
+#[test]
+fn every_held_version_of_a_streamed_reply_is_kept() {
+    // Found in review: a version held within a second of the last kept one was told
+    // Kept but not written.
+    let mut h = harness();
+    let phone = h.connect("tel-1");
+    h.agent(reply("tel-1", "r1", "first", false));
+    h.close(phone);
+    h.agent(reply("tel-1", "r1", "first and held", false));
+    h.restart(true);
+    let (_, frames) = h.connect_frames("tel-1");
+    assert_eq!(only(frames, "message")[0]["text"], "first and held");
+}

@@ -393,7 +393,7 @@ impl Gateway {
         };
         let seq = self.keep_card_closed(now, &card, &closed);
         self.send(conn, super::journal::stamp(vec![frame], seq).remove(0));
-        self.event(AgentEvent::PromptAnswered {
+        self.event_after_commit(AgentEvent::PromptAnswered {
             device: device.clone(),
             asked: card.asked(),
             prompt: card.id,

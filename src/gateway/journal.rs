@@ -466,7 +466,8 @@ impl Gateway {
             return 0;
         }
         let prior = self.devices.get(device).and_then(|d| d.journaled.get(message).copied());
-        let due = prior.is_none_or(|(_, _, at)| version.done || now >= at + STREAM_JOURNAL_INTERVAL);
+        // A held version is a promise (the agent is told it is kept): always written.
+        let due = prior.is_none_or(|(_, _, at)| version.done || version.held || now >= at + STREAM_JOURNAL_INTERVAL);
         if !due {
             return prior.map_or(0, |(_, seq, _)| seq);
         }

@@ -340,7 +340,7 @@ impl Gateway {
         if let Some(conn) = self.online_conn(&card.device) {
             self.send(conn, stamp(vec![frame], seq).remove(0));
         }
-        self.event(AgentEvent::PromptExpired {
+        self.event_after_commit(AgentEvent::PromptExpired {
             asked: card.asked(),
             device: card.device,
             prompt: card.id,

@@ -196,7 +196,9 @@ impl Gateway {
 
     fn replay_card(&self, now: Time, entry: &Entry, body: Body, after: u64) -> Vec<String> {
         let mut frames = Vec::new();
-        if let Some(card) = self.prompts.get(&body.id) {
+        // Card ids are the agent's and may be reused for another device: only this
+        // device's own card is its open one.
+        if let Some(card) = self.prompts.get(&body.id).filter(|c| c.device == entry.device) {
             if entry.first_seq > after {
                 frames.push(with_seq(card.frame(now), entry.first_seq));
             }
@@ -205,6 +207,7 @@ impl Gateway {
         let Some(closed) = body.closed.clone() else {
             return frames; // open in the journal, gone here: expired at restore, told apart
         };
+        let body_id = body.id.clone();
         if entry.first_seq > after {
             let mut opened = body;
             opened.closed = None;
@@ -214,7 +217,7 @@ impl Gateway {
             option_id: closed.option_id,
             expired: closed.expired,
         };
-        frames.push(with_seq(done.frame(&entry.key[2..]), entry.seq));
+        frames.push(with_seq(done.frame(&body_id), entry.seq));
         frames
     }
 
@@ -285,7 +288,7 @@ impl Gateway {
         let mut body = Body::parse(&entry.body)?;
         body.edit = false;
         let json = match body.t.as_str() {
-            "prompt" => match self.prompts.get(&body.id) {
+            "prompt" => match self.prompts.get(&body.id).filter(|c| c.device == entry.device) {
                 Some(card) => card.frame(now),
                 None => card_frame_json(&body),
             },
