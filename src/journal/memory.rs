@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{DedupRow, Entry, Read, ReadResult, Record, Snapshot, Window};
+use super::{DedupRow, Entry, Owed, Read, ReadResult, Record, Snapshot, Window};
 use crate::ids::DeviceId;
 
 #[derive(Debug, Clone, Default)]
@@ -12,6 +12,8 @@ struct State {
     entries: BTreeMap<(DeviceId, String), Entry>,
     reserved: HashMap<DeviceId, u64>,
     dedup: BTreeMap<(u8, DeviceId, String), DedupRow>,
+    /// In the order owed.
+    owed: Vec<Owed>,
 }
 
 #[derive(Debug, Default)]
@@ -83,6 +85,11 @@ impl MemoryJournal {
                 s.dedup.insert((window_tag(window), device, id), row);
             }
             Record::Forget { device } => s.entries.retain(|(d, _), e| *d != device || e.open),
+            Record::Owe(owed) => {
+                s.owed.retain(|o| o.device != owed.device || o.key != owed.key);
+                s.owed.push(owed);
+            }
+            Record::Handed { device, key } => s.owed.retain(|o| o.device != device || o.key != key),
             Record::Confirm { ticket } => self.unconfirmed = Some(ticket),
         }
         if self.history_off {
@@ -154,6 +161,7 @@ impl MemoryJournal {
             held,
             open_cards,
             dedup,
+            owed: s.owed.clone(),
         }
     }
 

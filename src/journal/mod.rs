@@ -9,6 +9,7 @@
 //! emitted them, so a read sees every record emitted before it, committed or not.
 
 use crate::ids::DeviceId;
+use crate::time::Time;
 
 pub mod body;
 pub mod memory;
@@ -41,7 +42,6 @@ impl Default for JournalConfig {
         Self::new()
     }
 }
-use crate::time::Time;
 
 /// One thing the journal keeps for a device: a message (either way), a file, a card.
 /// Keyed by `(device, key)`: writing the same key again replaces the entry.
@@ -99,6 +99,12 @@ pub enum Record {
     /// Drop a device's entries and what is held for it; its open cards, its dedup window
     /// and its seq stay.
     Forget { device: DeviceId },
+    /// The agent is owed this event: kept in the same commit as the change that promised
+    /// it (a message's dedup entry, a card's close), so that a crash before the agent has
+    /// it cannot lose it (it is handed over again at start-up, flagged `redelivered`).
+    Owe(Owed),
+    /// The agent has the event `(device, key)` (or it was given up): it is owed no more.
+    Handed { device: DeviceId, key: String },
     /// Report `Committed { ticket }` once everything before this is on disk.
     Confirm { ticket: u64 },
 }
@@ -135,6 +141,21 @@ pub struct DedupRow {
     pub value: String,
 }
 
+/// An event the agent has not had yet ([`Record::Owe`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owed {
+    pub device: DeviceId,
+    /// Unique within the device: `m:<id>` a message, `p:<id>` a card's answer or expiry.
+    /// Owing the same key again replaces the row.
+    pub key: String,
+    /// When it was owed.
+    pub at: Time,
+    /// The core's own JSON (the event without its file's bytes); the store never parses it.
+    pub body: String,
+    /// A message's file or voice note.
+    pub blob: Option<Vec<u8>>,
+}
+
 /// What the server reads before the loop starts, to restore the core.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Snapshot {
@@ -150,4 +171,7 @@ pub struct Snapshot {
     pub open_cards: Vec<Entry>,
     /// The idempotency windows' entries, oldest first.
     pub dedup: Vec<DedupRow>,
+    /// Events the agent is still owed, in the order they were owed. Never dropped by the
+    /// bounds nor by `Forget`: only `Handed` removes one.
+    pub owed: Vec<Owed>,
 }
