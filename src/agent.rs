@@ -36,6 +36,9 @@ pub enum AgentEvent {
         text: Option<String>,
         audio: Option<Audio>,
         file: Option<ReceivedFile>,
+        /// Handed over again after a restart: the agent may have had it just before the
+        /// gateway stopped, and should drop it if it knows its `id` (L64).
+        redelivered: bool,
     },
     /// The device answered a card (P2, P3). `option_id` is the option actually applied.
     PromptAnswered {
@@ -101,6 +104,12 @@ impl PromptKind {
             PromptKind::SlashConfirm => "slash_confirm",
             PromptKind::Clarify => "clarify",
         }
+    }
+
+    pub fn parse(s: &str) -> Option<PromptKind> {
+        [PromptKind::ExecApproval, PromptKind::SlashConfirm, PromptKind::Clarify]
+            .into_iter()
+            .find(|k| k.as_str() == s)
     }
 
     /// The option applied when an answer is outside the card's options, or on expiry (P2, P5).

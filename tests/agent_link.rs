@@ -44,6 +44,7 @@ fn drain(link: &mut AgentLink) -> Drained {
             }
             LinkOutput::Command { origin, command } => commands.push((origin, *command)),
             LinkOutput::Close { peer, .. } => closed.push(peer),
+            LinkOutput::Handed(_) => {}
         }
     }
     (lines, commands, closed)
@@ -71,6 +72,7 @@ fn text_event(device: &str, id: &str, text: &str) -> AgentEvent {
         text: Some(text.into()),
         audio: None,
         file: None,
+        redelivered: false,
     }
 }
 
@@ -313,6 +315,7 @@ fn the_queue_is_bounded_by_count_bytes_and_age() {
             caption: None,
             data: vec![0; 2 << 20],
         }),
+        redelivered: false,
     };
     link.handle_event(Time::ZERO, big, Some(FileHandover::Failed("disk full".into())));
     assert_eq!(link.queued().0, 0);
@@ -404,6 +407,7 @@ fn files_are_handed_over_as_a_path_or_inline() {
             caption: Some("look".into()),
             data: b"PNGDATA".to_vec(),
         }),
+        redelivered: false,
     };
     let mut link = new_link();
     attach(&mut link, AGENT, Time::ZERO);
@@ -655,4 +659,44 @@ proptest! {
         let expected: Vec<String> = lines.into_iter().filter(|l| !l.trim().is_empty()).collect();
         prop_assert_eq!(out, expected);
     }
+}
+
+/// The keys of the events the link says the agent has (or were given up), in order.
+fn handed(link: &mut AgentLink) -> Vec<String> {
+    let mut keys = Vec::new();
+    while let Some(out) = link.poll_output() {
+        if let LinkOutput::Handed(key) = out {
+            keys.push(format!("{}/{}", key.device, key.key));
+        }
+    }
+    keys
+}
+
+#[test]
+fn an_event_is_handed_when_written_or_given_up_and_a_redelivery_says_so() {
+    // L64: the journal owes an event until the link wrote it to the agent or gave it up.
+    let mut link = new_link();
+    link.handle_event(Time::ZERO, text_event("tel-1", "a", "queued"), None);
+    assert!(handed(&mut link).is_empty(), "queued while no agent is attached");
+    link.handle_peer_open(AGENT, false);
+    link.handle_line(Time::ZERO, AGENT, br#"{"t":"hello","v":1,"agent":"test"}"#);
+    assert_eq!(handed(&mut link), ["tel-1/m:a"], "written after welcome");
+    let mut again = text_event("tel-1", "b", "after a restart");
+    if let AgentEvent::MessageReceived { redelivered, .. } = &mut again {
+        *redelivered = true;
+    }
+    link.handle_event(Time::ZERO, again, None);
+    let (lines, _, _) = drain(&mut link);
+    assert_eq!(lines[0].1["redelivered"], true);
+    link.handle_event(Time::ZERO, text_event("tel-1", "c", "live"), None);
+    let (lines, _, _) = drain(&mut link);
+    assert!(lines[0].1.get("redelivered").is_none(), "absent unless true");
+    // Given up: an event that waited past max_age for an agent.
+    let limits = QueueLimits::default();
+    let mut link = AgentLink::new("gw", 300, None, limits);
+    link.handle_event(Time::ZERO, text_event("tel-1", "old", "x"), None);
+    handed(&mut link);
+    let late = Time::ZERO + limits.max_age + std::time::Duration::from_secs(1);
+    link.handle_event(late, text_event("tel-1", "new", "y"), None);
+    assert_eq!(handed(&mut link), ["tel-1/m:old"]);
 }

@@ -23,6 +23,7 @@ fn text_reaches_the_agent_and_starts_the_turn() {
             text,
             audio: None,
             file: None,
+            redelivered: false,
             ..
         }] => {
             assert_eq!(

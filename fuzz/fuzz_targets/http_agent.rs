@@ -159,6 +159,7 @@ fn message(device: DeviceId, text: String) -> AgentEvent {
         text: Some(text),
         audio: None,
         file: None,
+        redelivered: false,
     }
 }
 

@@ -558,6 +558,7 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
             text,
             audio,
             file: received,
+            redelivered,
         } => {
             #[derive(Serialize)]
             struct FileLine<'a> {
@@ -581,6 +582,10 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
                 text: Option<&'a str>,
                 #[serde(skip_serializing_if = "Option::is_none")]
                 file: Option<FileLine<'a>>,
+                /// L64: only when true, so lines stay as they were for agents that never
+                /// see a restart.
+                #[serde(skip_serializing_if = "std::ops::Not::not")]
+                redelivered: bool,
             }
             let voice_name;
             let (kind, mime, name, bytes, caption) = match (audio, received) {
@@ -627,6 +632,7 @@ pub fn event_line(event: &AgentEvent, file: Option<&FileHandover>) -> String {
                     user: user.into(),
                     text: text.as_deref().or(caption),
                     file: file_line,
+                    redelivered: *redelivered,
                 },
             )
         }

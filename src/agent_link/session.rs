@@ -12,6 +12,7 @@ use super::codec::{
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError};
 use crate::auth::ct_eq;
 use crate::ids::DeviceId;
+use crate::journal::owed::EventKey;
 use crate::throttle::{SourceKey, Throttle};
 use crate::time::Time;
 
@@ -35,6 +36,9 @@ pub enum LinkOutput {
     Close { peer: PeerId, reason: String },
     /// Apply this command to the core; then report with [`AgentLink::handle_outcome`].
     Command { origin: Origin, command: Box<LinkCommand> },
+    /// The event was written to the agent, or given up (its queue was full, or it waited
+    /// too long): tell the core's journal it is owed no more (L64).
+    Handed(EventKey),
 }
 
 /// How much may wait for an agent while none is attached (docs/agent-protocol.md).
@@ -418,6 +422,7 @@ impl AgentLink {
             self.queued_bytes -= q.bytes;
             if now.since(q.at) >= max_age {
                 expired += 1;
+                self.handed(&q.event);
                 continue;
             }
             self.hand_over(peer, inline, &q.event, q.file.as_ref());
@@ -435,6 +440,13 @@ impl AgentLink {
         let file = if inline { Some(&inline_file) } else { file };
         let line = event_line(event, file);
         self.write(peer, line);
+        self.handed(event);
+    }
+
+    fn handed(&mut self, event: &AgentEvent) {
+        if let Some(key) = EventKey::of(event) {
+            self.outputs.push_back(LinkOutput::Handed(key));
+        }
     }
 
     /// An event of the core, with where its file is if it has one.
@@ -470,6 +482,7 @@ impl AgentLink {
         let is_message = matches!(event, AgentEvent::MessageReceived { .. });
         if self.queue.len() >= self.limits.events || self.queued_bytes + bytes > self.limits.bytes {
             log::warn!("device {device:?}: the agent is away and its queue is full; an event was not kept");
+            self.handed(&event);
             if is_message {
                 self.notice(&device, QUEUE_FULL_TEXT);
             }
@@ -503,6 +516,7 @@ impl AgentLink {
                     self.limits.max_age
                 );
                 self.queued_bytes -= q.bytes;
+                self.handed(&q.event);
             }
         }
     }

@@ -243,6 +243,7 @@ impl Gateway {
             text,
             audio,
             file,
+            redelivered: false,
         });
         let Some(d) = self.devices.get_mut(device) else { return };
         d.avatar = AvatarState::Thinking;

@@ -13,6 +13,7 @@ use super::{Gateway, Output};
 use crate::agent::AgentEvent;
 use crate::ids::{ConnId, DeviceId};
 use crate::journal::body::Body;
+use crate::journal::owed::{self, EventKey};
 use crate::journal::seqs::Seqs;
 use crate::journal::{Entry, JournalConfig, Read, Record, Window};
 use crate::time::Time;
@@ -305,14 +306,27 @@ impl Gateway {
         }
     }
 
-    /// An event for the agent that may go only once everything before it is on disk.
+    /// An event for the agent that may go only once everything before it is on disk. It is
+    /// owed to the agent in the same commit, until the agent has it (L64).
     pub(super) fn event_after_commit(&mut self, event: AgentEvent) {
         if !self.journal_on() {
             return self.events.push_back(event);
         }
+        if let Some(row) = owed::owe(&event, self.now) {
+            self.keep(Record::Owe(row));
+        }
         self.confirm(Waiting::Events);
         if let Some(j) = self.journal.as_mut() {
             j.gate.push_back((j.next_ticket, event));
+        }
+    }
+
+    /// The agent has the event (it was written to the agent, or an in-process agent took
+    /// it), or it was given up: it is owed no more (L64).
+    pub fn handle_agent_handed(&mut self, event: EventKey) {
+        if self.journal_on() {
+            let EventKey { device, key } = event;
+            self.keep(Record::Handed { device, key });
         }
     }
 

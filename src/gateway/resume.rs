@@ -8,7 +8,7 @@ use super::{ConnState, Gateway};
 use crate::agent::OutgoingFile;
 use crate::ids::{ConnId, DeviceId, MessageId};
 use crate::journal::body::Body;
-use crate::journal::{Entry, Read, ReadResult, Record, Snapshot, Window};
+use crate::journal::{owed, Entry, Owed, Read, ReadResult, Record, Snapshot, Window};
 use crate::prompts::{Card, Closed};
 use crate::time::Time;
 use crate::wire::journal::{with_seq, HistoryPage, Resumed};
@@ -44,12 +44,33 @@ impl Gateway {
         if skipped > 0 {
             log::warn!("journal: {skipped} entries this build cannot read were skipped");
         }
+        self.restore_owed(snapshot.owed);
         let devices: Vec<DeviceId> = self.devices.keys().cloned().collect();
         for device in devices {
             self.arm_hold(now, &device);
         }
         self.arm_prompts();
         self.arm_sweep(now);
+    }
+
+    /// Events the agent had not got before the stop go to it again, first, in the order
+    /// they were owed (L64). Their rows stay until it has them.
+    fn restore_owed(&mut self, owed: Vec<Owed>) {
+        for row in owed {
+            match owed::event_of(&row) {
+                Some(event) => self.events.push_back(event),
+                None => {
+                    log::warn!(
+                        "journal: an event owed to the agent for device {:?} cannot be read and is dropped",
+                        row.device
+                    );
+                    self.keep(Record::Handed {
+                        device: row.device,
+                        key: row.key,
+                    });
+                }
+            }
+        }
     }
 
     fn restore_held(&mut self, now: Time, entry: Entry) -> bool {

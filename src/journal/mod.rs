@@ -13,6 +13,7 @@ use crate::time::Time;
 
 pub mod body;
 pub mod memory;
+pub mod owed;
 pub mod seqs;
 
 /// `MOBILE_HISTORY*`: what the journal keeps (the core's part of it).

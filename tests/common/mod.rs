@@ -103,6 +103,7 @@ impl Harness {
         self.gw.restore(self.now, snapshot);
         self.sent.clear();
         self.closed.clear();
+        self.events.clear();
         self.pump();
     }
 
@@ -253,8 +254,15 @@ impl Harness {
         self.sent.remove(&conn).unwrap_or_default()
     }
 
+    /// The agent takes the events so far: they are owed no more (L64). Events not taken
+    /// before a restart are lost with the process, as in the loop's queue.
     pub fn take_events(&mut self) -> Vec<AgentEvent> {
-        std::mem::take(&mut self.events)
+        let events = std::mem::take(&mut self.events);
+        for key in events.iter().filter_map(hermes_mobile::journal::owed::EventKey::of) {
+            self.gw.handle_agent_handed(key);
+        }
+        self.pump();
+        events
     }
 
     pub fn types(frames: &[Value]) -> Vec<String> {

@@ -85,6 +85,26 @@ def test_live_messages_keep_their_order_even_when_a_hand_over_is_slow():
     run(main())
 
 
+def test_a_redelivered_message_already_taken_is_dropped():
+    # L64: after a gateway restart, a message it could not know was handed over comes again
+    # with "redelivered": true; one this process took is not answered twice.
+    order = []
+
+    async def take(ev):
+        order.append(ev["text"])
+
+    async def main():
+        inbox = Inbox(take, Hold(Turns(), lambda c: None, lambda: None, lambda: None, lambda k: False))
+        inbox.push(msg("one"))
+        inbox.push(dict(msg("one"), redelivered=True))
+        inbox.push(dict(msg("two"), redelivered=True))  # never taken: this is its first time
+        inbox.push(msg("one"))  # not flagged: a new message the gateway let through (I2 passed)
+        await settle(0.2)
+        assert order == ["one", "two", "one"]
+
+    run(main())
+
+
 def test_live_messages_are_never_held_behind_a_turn():
     async def main():
         h = FakeHermes()

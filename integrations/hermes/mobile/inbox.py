@@ -268,6 +268,10 @@ class Hold:
         return key not in (self._running() or {}) and key not in (self._guards() or {})
 
 
+# How many (device, id) of taken messages are remembered to drop a redelivery.
+TAKEN_REMEMBERED = 1024
+
+
 class Inbox:
     """Per-device queues, each drained in order by one task through `hand_over`."""
 
@@ -295,6 +299,10 @@ class Inbox:
         self._queues: Dict[str, "collections.deque"] = {}
         self._tasks: Dict[str, asyncio.Task] = {}
         self._linked_at = float("-inf")
+        # (device, id) of the messages taken lately: a message the gateway hands over
+        # again after its restart ("redelivered", L64) that this process already took
+        # is dropped, so Hermes never answers it twice.
+        self._taken: "collections.OrderedDict[tuple, None]" = collections.OrderedDict()
 
     def link_up(self) -> None:
         """The link is (back) up: what arrives now is the gateway's backlog."""
@@ -307,6 +315,14 @@ class Inbox:
         device = str(ev.get("device") or "")
         if not device:
             return
+        key = (device, str(ev.get("id") or ""))
+        if ev.get("redelivered") is True and key in self._taken:
+            logger.info("[mobile] %s: message %s handed over again after a gateway restart; already taken",
+                        printable(device), printable(key[1]))
+            return
+        self._taken[key] = None
+        while len(self._taken) > TAKEN_REMEMBERED:
+            self._taken.popitem(last=False)
         backlog = self._clock() - self._linked_at < self._backlog_window
         self._queues.setdefault(device, collections.deque()).append((ev, backlog))
         if device not in self._tasks:

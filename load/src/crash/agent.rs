@@ -11,6 +11,7 @@
 //! <unix µs> <pid> got <message id> <device>      before any reply is written
 //! <unix µs> <pid> wrote <message id>             the reply and end_turn are in the pipe
 //! <unix µs> <pid> unsent <message id>            the pipe was gone (the gateway died first)
+//! <unix µs> <pid> again <message id>             a redelivered message it had already got
 //! <unix µs> <pid> ok <message id>                the gateway took the reply (its `ok`)
 //! <unix µs> <pid> error <message id> <code>      the gateway refused it
 //! <unix µs> <pid> eof                            stdin closed: the gateway is gone or stopping
@@ -18,6 +19,12 @@
 //!
 //! A gateway that is SIGKILLed does not signal its agent: the agent still reads what was
 //! already in its stdin pipe (and logs it: the agent did get those), then sees EOF and exits.
+//! It stops pausing once its parent is gone, so that it has logged what it got before a new
+//! gateway can hand the same messages over again.
+//!
+//! The log is also the agent's memory, as a real agent keeps its sessions: a message the
+//! gateway hands over again after a restart (`redelivered`, L64) that the log says it got is
+//! dropped (`again`); it is answered only if no reply of it was ever written.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, Write};
@@ -64,6 +71,21 @@ fn send(out: &mut impl Write, lines: &[Value]) -> std::io::Result<()> {
     out.flush()
 }
 
+/// Whether the log (every agent's of this run) says `id` was got, and a reply of it written.
+fn remembered(path: &str, id: &str) -> (bool, bool) {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let (mut got, mut wrote) = (false, false);
+    for line in text.lines() {
+        let w: Vec<&str> = line.split(' ').collect();
+        match (w.get(2), w.get(3)) {
+            (Some(&"got"), Some(&i)) if i == id => got = true,
+            (Some(&"wrote"), Some(&i)) if i == id => wrote = true,
+            _ => {}
+        }
+    }
+    (got, wrote)
+}
+
 pub fn run(path: &str, seed: u64) -> ! {
     let file = OpenOptions::new()
         .create(true)
@@ -88,8 +110,9 @@ pub fn run(path: &str, seed: u64) -> ! {
         log.event("eof");
         std::process::exit(0);
     }
-    // Once a write fails the gateway is gone; what it had already put in the pipe is still
-    // read to its EOF and logged, since the agent did get it.
+    // Once a write fails (or the parent changed) the gateway is gone; what it had already
+    // put in the pipe is still read to its EOF and logged, since the agent did get it.
+    let parent = std::os::unix::process::parent_id();
     let mut gone = false;
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -100,7 +123,20 @@ pub fn run(path: &str, seed: u64) -> ! {
         match v["t"].as_str() {
             Some("message") => {
                 let (id, device) = (field("id"), field("device"));
-                log.event(&format!("got {id} {device}"));
+                if v["redelivered"] == true {
+                    let (got, wrote) = remembered(path, &id);
+                    if got {
+                        log.event(&format!("again {id}"));
+                        if wrote {
+                            continue;
+                        }
+                    } else {
+                        log.event(&format!("got {id} {device}"));
+                    }
+                } else {
+                    log.event(&format!("got {id} {device}"));
+                }
+                gone |= std::os::unix::process::parent_id() != parent;
                 if !gone {
                     std::thread::sleep(pause_for(&id, seed));
                     let reply = json!({"t":"reply","ref":id,"device":device,"id":format!("re-{id}"),

@@ -100,6 +100,7 @@ fn agent_story(events: &[&AgentEvent]) -> String {
                 AgentKind::Got { .. } => "got".to_owned(),
                 AgentKind::Wrote(_) => "wrote its reply".to_owned(),
                 AgentKind::Unsent(_) => "could not write its reply (pipe gone)".to_owned(),
+                AgentKind::Again(_) => "got it again after a restart and dropped it".to_owned(),
                 AgentKind::Ok(_) => "got the gateway's ok".to_owned(),
                 AgentKind::Error { code, .. } => format!("got error {code}"),
                 AgentKind::Start | AgentKind::Eof => String::new(),
@@ -115,7 +116,11 @@ fn by_id(agent: &[AgentEvent]) -> HashMap<&str, Vec<&AgentEvent>> {
     let mut map: HashMap<&str, Vec<&AgentEvent>> = HashMap::new();
     for e in agent {
         let id = match &e.kind {
-            AgentKind::Got { id, .. } | AgentKind::Wrote(id) | AgentKind::Unsent(id) | AgentKind::Ok(id) => id,
+            AgentKind::Got { id, .. }
+            | AgentKind::Wrote(id)
+            | AgentKind::Unsent(id)
+            | AgentKind::Again(id)
+            | AgentKind::Ok(id) => id,
             AgentKind::Error { id, .. } => id,
             AgentKind::Start | AgentKind::Eof => continue,
         };

@@ -159,11 +159,19 @@ pub struct AgentEvent {
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentKind {
     Start,
-    Got { id: String, device: String },
+    Got {
+        id: String,
+        device: String,
+    },
     Wrote(String),
     Unsent(String),
+    /// A redelivered message the agent had already got, dropped (L64).
+    Again(String),
     Ok(String),
-    Error { id: String, code: String },
+    Error {
+        id: String,
+        code: String,
+    },
     Eof,
 }
 
@@ -187,6 +195,7 @@ pub fn parse_agent_log(text: &str, t0_us: u64) -> (Vec<AgentEvent>, Vec<String>)
                 },
                 ("wrote", 4) => AgentKind::Wrote(arg(3)?),
                 ("unsent", 4) => AgentKind::Unsent(arg(3)?),
+                ("again", 4) => AgentKind::Again(arg(3)?),
                 ("ok", 4) => AgentKind::Ok(arg(3)?),
                 ("error", 5) => AgentKind::Error {
                     id: arg(3)?,

@@ -386,6 +386,7 @@ mod tests {
                 text: Some(t.into()),
                 audio: None,
                 file: None,
+                redelivered: false,
             },
         );
         std::iter::from_fn(|| agent.poll_command()).collect()

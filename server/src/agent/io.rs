@@ -8,6 +8,7 @@
 use std::path::PathBuf;
 
 use hermes_mobile::agent_link::PeerId;
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::upstream::ResponseHead;
 
 /// Names a call; chosen by the agent.
@@ -32,6 +33,9 @@ pub enum AgentIo {
     Write { peer: PeerId, line: String },
     /// End a peer of the agent link.
     Close { peer: PeerId, reason: String },
+    /// The agent link wrote this event to the agent, or gave it up: the journal owes it
+    /// no more (L64).
+    Handed(EventKey),
 }
 
 impl std::fmt::Debug for AgentIo {
@@ -44,6 +48,7 @@ impl std::fmt::Debug for AgentIo {
             AgentIo::Persist { path, contents } => write!(f, "Persist({path:?}, {} bytes)", contents.len()),
             AgentIo::Write { peer, line } => write!(f, "Write({}, {} bytes)", peer.0, line.len()),
             AgentIo::Close { peer, reason } => write!(f, "Close({}, {reason:?})", peer.0),
+            AgentIo::Handed(key) => write!(f, "Handed({:?}, {:?})", key.device, key.key),
         }
     }
 }

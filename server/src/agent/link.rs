@@ -99,6 +99,7 @@ impl LinkAgent {
                 LinkOutput::Write { peer, line } => self.io.push_back(AgentIo::Write { peer, line }),
                 LinkOutput::Close { peer, reason } => self.io.push_back(AgentIo::Close { peer, reason }),
                 LinkOutput::Command { origin, command } => self.commands.push_back((origin, *command)),
+                LinkOutput::Handed(key) => self.io.push_back(AgentIo::Handed(key)),
             }
         }
     }

@@ -10,6 +10,7 @@ pub mod io;
 pub mod link;
 
 use hermes_mobile::agent_link::{FileHandover, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, PromptId, Time};
 
 use io::{AgentIo, CallEvent, CallId, LoadError, LoadTag, PeerInput};
@@ -94,10 +95,21 @@ impl Agent {
     /// Something happened on the gateway. A message's file or voice note was saved first;
     /// `file` says where (or why it could not be): the link hands that over, the others
     /// have the bytes in the event.
-    pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
+    ///
+    /// Returns the event's key if the agent has it now and it was owed (L64): the
+    /// in-process agents take every event at once; the link says what it wrote, or gave
+    /// up, later, as [`AgentIo::Handed`].
+    pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) -> Option<EventKey> {
         match self {
-            Agent::Link(a) => a.handle_saved_event(now, event, file),
-            other => other.pure().handle_event(now, event),
+            Agent::Link(a) => {
+                a.handle_saved_event(now, event, file);
+                None
+            }
+            other => {
+                let key = EventKey::of(&event);
+                other.pure().handle_event(now, event);
+                key
+            }
         }
     }
 

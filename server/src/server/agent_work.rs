@@ -77,6 +77,7 @@ impl Server {
             AgentIo::Persist { path, contents } => self.files.persist(path, contents),
             AgentIo::Write { peer, line } => self.write_link_line(peer, line, now),
             AgentIo::Close { peer, reason } => self.end_link_peer(peer, &reason, now),
+            AgentIo::Handed(key) => self.core.handle_agent_handed(key),
         }
     }
 

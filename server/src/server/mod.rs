@@ -418,12 +418,16 @@ impl Server {
             while let Some(event) = self.core.poll_event() {
                 progress = true;
                 if let Some(event) = self.park(event) {
-                    self.agent.handle_event(t, event, None);
+                    if let Some(key) = self.agent.handle_event(t, event, None) {
+                        self.core.handle_agent_handed(key);
+                    }
                 }
             }
             while let Some(Parked::Ready(..)) = self.parked.front() {
                 if let Some(Parked::Ready(event, file)) = self.parked.pop_front() {
-                    self.agent.handle_event(t, *event, file);
+                    if let Some(key) = self.agent.handle_event(t, *event, file) {
+                        self.core.handle_agent_handed(key);
+                    }
                 }
             }
             while let Some(command) = self.agent.poll_command() {

@@ -121,7 +121,9 @@ impl Script {
                 let text = String::from_utf8_lossy(&contents);
                 let _ = writeln!(self.out, "  io persist {}: {text}", path.display());
             }
-            other @ (AgentIo::Write { .. } | AgentIo::Close { .. }) => panic!("not an HTTP agent's: {other:?}"),
+            other @ (AgentIo::Write { .. } | AgentIo::Close { .. } | AgentIo::Handed(_)) => {
+                panic!("not an HTTP agent's: {other:?}")
+            }
         }
     }
 
@@ -139,6 +141,7 @@ impl Script {
             text: Some(text.into()),
             audio: None,
             file: None,
+            redelivered: false,
         };
         self.event(&format!("text {text:?}"), event);
     }
