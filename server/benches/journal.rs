@@ -175,6 +175,7 @@ fn history(c: &mut Criterion) {
             j.read(Read::After {
                 device: phone.clone(),
                 after: black_box(ITEMS - 200),
+                limit: usize::MAX,
             })
         })
     });

@@ -58,10 +58,22 @@ pub(super) struct HeldDelivery {
     pub keys: Vec<String>,
 }
 
+/// A resume's replay, read a page at a time.
+#[derive(Debug)]
+pub(super) struct Replay {
+    pub conn: ConnId,
+    pub device: DeviceId,
+    /// The client's `resume.after`.
+    pub after: u64,
+    /// The device's latest seq when the replay began: a later change goes to the client as
+    /// a live frame, held back until the replay ends, so a page leaves it out.
+    pub ceiling: u64,
+}
+
 /// A read whose answer is on its way.
 #[derive(Debug)]
 pub(super) enum PendingRead {
-    Replay { conn: ConnId, device: DeviceId, after: u64 },
+    Replay(Replay),
     History { conn: ConnId, id: String },
 }
 

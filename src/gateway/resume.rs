@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use super::journal::{stamp, PendingRead, Waiting};
+use super::journal::{stamp, PendingRead, Replay, Waiting};
 use super::{ConnState, Gateway};
 use crate::agent::OutgoingFile;
 use crate::ids::{ConnId, DeviceId, MessageId};
@@ -14,6 +14,11 @@ use crate::time::Time;
 use crate::wire::journal::{with_seq, HistoryPage, Resumed};
 use crate::wire::server::encode;
 use crate::wire::{DownloadKind, ErrorCode, Rejection};
+
+/// Entries per page of a resume's replay: a device's whole journal (5,000 entries, held
+/// files among them) is never read into memory at once. Pages follow each other at once;
+/// the connection's queue limit (L22) still bounds what waits for a slow phone.
+const REPLAY_PAGE: usize = 64;
 
 /// `history` pages a connection may have asked for and not yet got.
 const MAX_HISTORY_READS_PER_CONN: usize = 4;
@@ -117,16 +122,13 @@ impl Gateway {
             c.replaying = true;
         }
         self.hold_back(conn);
-        let read = Read::After {
-            device: device.clone(),
-            after,
-        };
-        let pending = PendingRead::Replay {
+        let replay = Replay {
             conn,
             device: device.clone(),
             after,
+            ceiling: self.latest_seq(device).unwrap_or(0),
         };
-        self.read(read, pending);
+        self.read_replay_page(replay, after);
         let Some(d) = self.devices.get_mut(device) else { return };
         d.hold_slot = None;
         let keys: Vec<String> = d.hold.take().iter().map(|h| h.key()).collect();
@@ -147,28 +149,34 @@ impl Gateway {
             return;
         };
         match pending {
-            PendingRead::Replay { conn, device, after } => self.finish_replay(now, conn, &device, after, result),
+            PendingRead::Replay(replay) => self.on_replay_page(now, replay, result),
             PendingRead::History { conn, id } => self.answer_history(now, conn, &id, result),
         }
     }
 
-    fn finish_replay(
-        &mut self,
-        now: Time,
-        conn: ConnId,
-        device: &DeviceId,
-        after: u64,
-        result: Result<ReadResult, String>,
-    ) {
+    /// The replay's next page: entries after `from`, at most [`REPLAY_PAGE`] of them.
+    fn read_replay_page(&mut self, replay: Replay, from: u64) {
+        let read = Read::After {
+            device: replay.device.clone(),
+            after: from,
+            limit: REPLAY_PAGE,
+        };
+        self.read(read, PendingRead::Replay(replay));
+    }
+
+    /// One page of a replay: its frames, then the next page, or `resumed` after the last.
+    /// A connection that is gone (or now another device's) stops the replay.
+    fn on_replay_page(&mut self, now: Time, replay: Replay, result: Result<ReadResult, String>) {
+        let conn = replay.conn;
         let still_this_device = self
             .conns
             .get(&conn)
-            .is_some_and(|c| matches!(&c.state, ConnState::Ready { device: d, .. } if d == device));
+            .is_some_and(|c| matches!(&c.state, ConnState::Ready { device: d, .. } if *d == replay.device));
         if !still_this_device {
             return;
         }
-        let entries = match result {
-            Ok(r) => r.entries,
+        let page = match result {
+            Ok(r) => r,
             Err(e) => {
                 // No `resumed`: the client must not think it caught up. It resumes again
                 // after the same seq on its next connection.
@@ -176,12 +184,16 @@ impl Gateway {
                 return self.close(conn, crate::limits::CLOSE_INTERNAL_ERROR, "journal read failed");
             }
         };
-        for entry in entries {
-            for frame in self.replay_frames(now, &entry, after) {
+        let cursor = page.entries.last().map(|e| e.seq);
+        for entry in page.entries.iter().filter(|e| e.seq <= replay.ceiling) {
+            for frame in self.replay_frames(now, entry, replay.after) {
                 self.outputs.push_back(super::Output::Send { conn, frame });
             }
         }
-        let seq = self.latest_seq(device).unwrap_or(0);
+        if let (true, Some(cursor)) = (page.more, cursor) {
+            return self.read_replay_page(replay, cursor);
+        }
+        let seq = self.latest_seq(&replay.device).unwrap_or(0);
         self.outputs.push_back(super::Output::Send {
             conn,
             frame: encode("resumed", &Resumed { seq }),

@@ -125,10 +125,12 @@ impl MemoryJournal {
             v
         };
         match read {
-            Read::After { device, after } => ReadResult {
-                entries: of(device).into_iter().filter(|e| e.seq > *after).collect(),
-                more: false,
-            },
+            Read::After { device, after, limit } => {
+                let mut v: Vec<Entry> = of(device).into_iter().filter(|e| e.seq > *after).collect();
+                let more = v.len() > *limit;
+                v.truncate(*limit);
+                ReadResult { entries: v, more }
+            }
             Read::Before { device, before, limit } => {
                 let mut v: Vec<Entry> = of(device)
                     .into_iter()
@@ -170,6 +172,7 @@ impl MemoryJournal {
         self.read(&Read::After {
             device: device.clone(),
             after: 0,
+            limit: usize::MAX,
         })
         .entries
     }

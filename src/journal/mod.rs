@@ -113,8 +113,9 @@ pub enum Record {
 /// A read the core needs answered, in order with the records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Read {
-    /// Every entry of the device with `seq > after`, in `seq` order (resume).
-    After { device: DeviceId, after: u64 },
+    /// The first `limit` entries of the device with `seq > after`, in `seq` order, and
+    /// whether more follow (resume, a page at a time).
+    After { device: DeviceId, after: u64, limit: usize },
     /// The newest `limit` entries with `seq < before` (all, when `None`), oldest first,
     /// and whether older ones remain (history).
     Before {

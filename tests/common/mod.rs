@@ -86,6 +86,17 @@ impl Harness {
         self.pump();
     }
 
+    /// The journal reads that waited are answered now (the slow disk catches up); reads
+    /// they lead to wait again.
+    pub fn answer_held_reads(&mut self) {
+        let reads = self.held_reads.as_mut().map(std::mem::take).unwrap_or_default();
+        for (token, read) in reads {
+            let result = self.journal.as_ref().map(|j| j.read(&read)).unwrap_or_default();
+            self.gw.handle_journal_read(self.now, token, Ok(result));
+        }
+        self.pump();
+    }
+
     /// A restart: the process goes (with a SIGKILL, what was not committed goes too), and a
     /// new gateway starts from the journal, as the server does before its loop.
     pub fn restart(&mut self, killed: bool) {

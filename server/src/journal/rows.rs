@@ -136,16 +136,20 @@ fn reserve(conn: &Connection, device: &DeviceId, upto: u64, now: u64) -> rusqlit
 /// Answers a read; both kinds walk the `(device, seq)` index.
 pub(super) fn read(conn: &Connection, read: &Read, clock: Clock) -> rusqlite::Result<ReadResult> {
     match read {
-        Read::After { device, after } => {
+        Read::After { device, after, limit } => {
+            // One row past the limit tells whether more follow.
+            let take = int(u64::try_from(*limit).unwrap_or(u64::MAX)).saturating_add(1);
             let mut stmt = conn.prepare_cached(concat!(
                 "SELECT ",
                 columns!(),
-                " FROM entries WHERE device = ?1 AND seq > ?2 ORDER BY seq"
+                " FROM entries WHERE device = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
             ))?;
-            let entries = stmt
-                .query_map(params![device.0, int(*after)], |row| entry(row, clock))?
+            let mut entries: Vec<Entry> = stmt
+                .query_map(params![device.0, int(*after), take], |row| entry(row, clock))?
                 .collect::<rusqlite::Result<_>>()?;
-            Ok(ReadResult { entries, more: false })
+            let more = entries.len() > *limit;
+            entries.truncate(*limit);
+            Ok(ReadResult { entries, more })
         }
         Read::Before { device, before, limit } => {
             // One row past the limit tells whether older ones remain.

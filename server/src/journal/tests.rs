@@ -286,9 +286,24 @@ fn reads_see_earlier_records_and_page_backwards() {
         Read::After {
             device: dev("a"),
             after: 7,
+            limit: usize::MAX,
         },
     );
     assert_eq!((seqs_of(&after.entries), after.more), (vec![8, 9, 10], false));
+    // Resume reads a page at a time: one row past the limit says more follow.
+    let page = |after, limit| Read::After {
+        device: dev("a"),
+        after,
+        limit,
+    };
+    for (token, (read, seqs, more)) in (2..).zip([
+        (page(7, 2), vec![8, 9], true),
+        (page(8, 2), vec![9, 10], false),
+        (page(10, 2), vec![], false),
+    ]) {
+        let got = rig.read(token, read.clone());
+        assert_eq!((seqs_of(&got.entries), got.more), (seqs, more), "{read:?}");
+    }
     // Uncommitted: another connection still sees only the first batch.
     assert_eq!(read_device(&path, &dev("a")).unwrap().len(), 4);
     let before = |before, limit| Read::Before {
@@ -313,6 +328,7 @@ fn reads_see_earlier_records_and_page_backwards() {
         Read::After {
             device: dev("b"),
             after: 0,
+            limit: usize::MAX,
         },
     );
     assert_eq!(other, ReadResult::default());
