@@ -548,3 +548,18 @@ fn every_held_version_of_a_streamed_reply_is_kept() {
     let (_, frames) = h.connect_frames("tel-1");
     assert_eq!(only(frames, "message")[0]["text"], "first and held");
 }
+
+#[test]
+fn a_card_restored_under_a_clock_that_went_back_is_open_no_longer_than_any_card() {
+    // A Pi with no RTC may start before NTP with its clock days behind.
+    let mut h = harness();
+    h.advance_to(Time::from_secs(10 * 24 * 3600));
+    h.connect("tel-1");
+    h.agent(card("tel-1", "c1", 300));
+    h.now = Time::ZERO;
+    h.restart(false);
+    let (_, frames) = h.connect_frames("tel-1");
+    let prompts = only(frames, "prompt");
+    let left = prompts[0]["timeout_seconds"].as_u64().unwrap();
+    assert!(left <= 24 * 3600, "clamped to the longest TTL: {left}");
+}

@@ -105,7 +105,10 @@ impl Gateway {
         let Some(body) = Body::parse(&entry.body) else {
             return false;
         };
-        let deadline = entry.deadline.unwrap_or(now);
+        // A clock that went back across the restart (a Pi with no RTC, before NTP) must not
+        // keep a card open for longer than any card may be (L17).
+        let longest = now + std::time::Duration::from_secs(crate::limits::MAX_PROMPT_TTL_SECS);
+        let deadline = entry.deadline.unwrap_or(now).min(longest);
         let Some(card) = Card::from_body(entry.device.clone(), body, deadline, entry.first_seq) else {
             return false;
         };
