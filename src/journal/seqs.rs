@@ -45,9 +45,14 @@ impl Seqs {
     /// From the journal at start-up: each device's latest seq, used or reserved. A crash
     /// may have lost seqs handed out up to the reservation, so each goes on above it; its
     /// next frames wait for a new block (asked for at its `hello`).
+    ///
+    /// Each goes on above the floor too: a device whose seq row the bounds dropped while it
+    /// kept an entry (held, or an open card) is read back at that entry's seq, below the
+    /// reservation it had; the floor covers that reservation (L57, never a seq twice).
     pub fn restore(&mut self, rows: &[(DeviceId, u64)], floor: u64) {
         self.floor = self.floor.max(floor);
         for (device, last) in rows {
+            let last = &(*last).max(self.floor);
             self.clock += 1;
             let range = Range {
                 last: *last,
@@ -177,6 +182,17 @@ mod tests {
         }
         assert_eq!(asked, vec![10 + 501 + BLOCK]);
         assert!(s.is_safe(&dev("a")), "never ran past the reservation");
+    }
+
+    #[test]
+    fn a_device_read_back_below_the_floor_goes_on_above_it() {
+        // Its seq row was dropped (its reservation went into the floor) but an open card of
+        // it was kept, at a lower seq: it must not hand out the seqs it may have used.
+        let mut s = Seqs::default();
+        s.restore(&[(dev("a"), 40), (dev("b"), 5000)], 1200);
+        assert_eq!(s.latest(&dev("a")), 1200);
+        assert_eq!(s.next(&dev("a")).seq, 1201);
+        assert_eq!(s.latest(&dev("b")), 5000, "above the floor: unchanged");
     }
 
     #[test]
