@@ -56,6 +56,10 @@ pub const MIN_UPLOAD_BYTES_SHARE: usize = MAX_UPLOAD_BUFFER_BYTES + 2 * 1024 * 1
 /// Open cards per device and in all (decisions L33): each is re-sent on every `hello`.
 pub const MAX_OPEN_PROMPTS_PER_DEVICE: usize = 32;
 pub const MAX_OPEN_PROMPTS: usize = 256;
+/// Messages accepted and waiting for their commit before they go to the agent, in all (L58,
+/// L64): a disk that stalls (an SD card's fsync can take seconds) must not let them pile up
+/// in memory. Past it a new message is refused, not lost: the phone never got `received`.
+pub const MAX_GATE_BYTES: usize = 32 * 1024 * 1024;
 /// Agent output held for all offline devices together (decisions L32): the oldest goes first.
 pub const MAX_HELD_TOTAL_BYTES: usize = 32 * 1024 * 1024;
 /// The longest a card may live, whatever the agent asks (decisions L27): a day. Longer

@@ -180,3 +180,37 @@ fn a_card_expiry_is_owed_too() {
         "{events:?}"
     );
 }
+
+#[test]
+fn messages_waiting_for_a_stalled_disk_are_bounded_and_refused_not_lost() {
+    // M6: an SD card whose fsync stalls must not let accepted messages pile up in memory.
+    let mut h = harness();
+    h.auto_commit = false;
+    h.commit();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.commit();
+    h.take(phone);
+    let voice = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, vec![7u8; 7 << 20]);
+    let send = |h: &mut Harness, id: &str| {
+        h.send(phone, json!({"t":"audio","id":id,"format":"ogg","data":voice}));
+        h.take(phone)
+    };
+    for i in 0..4 {
+        let frames = send(&mut h, &format!("v{i}"));
+        assert!(only(frames, "error").is_empty(), "28 MiB wait for the disk");
+    }
+    let frames = send(&mut h, "v4");
+    let error = error_of(&frames);
+    assert_eq!(
+        (&error["code"], &error["id"], &error["fatal"]),
+        (&json!("internal_error"), &json!("v4"), &json!(false))
+    );
+    h.commit(); // the disk catches up
+    assert_eq!(h.take_events().len(), 4);
+    assert_eq!(only(h.take(phone), "received").len(), 4);
+    let frames = send(&mut h, "v4");
+    h.commit();
+    let mut frames = frames;
+    frames.extend(h.take(phone));
+    assert_eq!(only(frames, "received")[0]["id"], "v4", "sent again, kept");
+}

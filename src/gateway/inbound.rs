@@ -232,6 +232,18 @@ impl Gateway {
     /// Records the id, tells the agent, and starts the turn (M3 step 1).
     fn accept_message(&mut self, now: Time, conn: ConnId, device: &DeviceId, id: &str, message: UserMessage) {
         let UserMessage { text, audio, file } = message;
+        let bytes = text.as_ref().map_or(0, String::len)
+            + audio.as_ref().map_or(0, |a| a.data.len())
+            + file.as_ref().map_or(0, |f| f.data.len());
+        if !self.gate_has_room(bytes) {
+            // Not kept, not seen (I2): the phone gets no `received` and may send it again.
+            log::warn!("device {device:?}: message {id:?} refused, the journal's disk is behind");
+            let busy = Rejection::new(
+                ErrorCode::InternalError,
+                "the gateway's disk is behind; send it again shortly",
+            );
+            return self.send_error(conn, &busy.with_id(Some(id)), false);
+        }
         let seq = self.keep_user_message(now, conn, device, id, || user_body(id, &text, &audio, &file));
         self.seen.insert(now, device, id, seq);
         self.arm_sweep(now);

@@ -16,6 +16,7 @@ use crate::journal::body::Body;
 use crate::journal::owed::{self, EventKey};
 use crate::journal::seqs::Seqs;
 use crate::journal::{Entry, JournalConfig, Read, Record, Window};
+use crate::limits::MAX_GATE_BYTES;
 use crate::time::Time;
 use crate::wire::journal::{with_seq, Received};
 use crate::wire::server::encode;
@@ -90,6 +91,8 @@ pub(super) struct Journal {
     /// its own, only those before it): a message reaches the agent only once its id is
     /// on disk, so a re-send after a crash can never make the agent act twice.
     pub gate: VecDeque<(u64, AgentEvent)>,
+    /// What the gate holds, in bytes ([`MAX_GATE_BYTES`]).
+    pub gate_bytes: usize,
     /// The highest ticket committed (or failed) so far.
     committed: u64,
     /// The ticket the agent's current command waits for (held output): `handle_agent`
@@ -107,6 +110,7 @@ impl Journal {
             next_read: 0,
             reads: HashMap::new(),
             gate: VecDeque::new(),
+            gate_bytes: 0,
             committed: 0,
             kept: None,
         }
@@ -329,8 +333,17 @@ impl Gateway {
         }
         self.confirm(Waiting::Events);
         if let Some(j) = self.journal.as_mut() {
+            j.gate_bytes += owed::event_size(&event);
             j.gate.push_back((j.next_ticket, event));
         }
+    }
+
+    /// Whether a message of `bytes` may wait for its commit now: always when nothing
+    /// waits, so that one phone alone can always send its largest file.
+    pub(super) fn gate_has_room(&self, bytes: usize) -> bool {
+        self.journal
+            .as_ref()
+            .is_none_or(|j| j.gate.is_empty() || j.gate_bytes + bytes <= MAX_GATE_BYTES)
     }
 
     /// The agent has the event (it was written to the agent, or an in-process agent took
@@ -360,6 +373,7 @@ impl Gateway {
         j.committed = j.committed.max(ticket);
         while j.gate.front().is_some_and(|(t, _)| *t <= j.committed) {
             if let Some((_, event)) = j.gate.pop_front() {
+                j.gate_bytes -= owed::event_size(&event);
                 self.events.push_back(event);
             }
         }

@@ -45,6 +45,28 @@ fn key_of(event: &AgentEvent) -> Option<String> {
     }
 }
 
+/// The bytes an event holds in memory (its text and its file), for the bounds of what
+/// waits for a commit.
+pub fn event_size(event: &AgentEvent) -> usize {
+    match event {
+        AgentEvent::MessageReceived {
+            id, text, audio, file, ..
+        } => {
+            id.len()
+                + text.as_ref().map_or(0, String::len)
+                + audio.as_ref().map_or(0, |a| a.data.len())
+                + file
+                    .as_ref()
+                    .map_or(0, |f| f.data.len() + f.filename.len() + f.mime.len())
+        }
+        AgentEvent::PromptAnswered { asked, text, label, .. } => {
+            asked.len() + text.as_ref().map_or(0, String::len) + label.as_ref().map_or(0, String::len)
+        }
+        AgentEvent::PromptExpired { asked, .. } => asked.len(),
+        _ => 0,
+    }
+}
+
 /// The body of an owed event: the event without its file's bytes (those go in the blob).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "t", rename_all = "snake_case")]
