@@ -47,14 +47,9 @@ impl Gateway {
     }
 
     fn on_hello(&mut self, now: Time, conn: ConnId, hello: Hello<'_>) {
-        let device = if hello.device_id.trim().is_empty() {
-            self.ids.device_id()
-        } else if let Some(problem) = crate::hidden::device_id_problem(&hello.device_id) {
-            // L50: no look-alike of another device (`tel-1 `, `tel-\u{202E}1`).
-            log::info!("{conn:?}: hello refused: {problem}: {:?}", hello.device_id);
-            return self.fail(conn, Rejection::bad_frame(problem));
-        } else {
-            DeviceId(hello.device_id.into_owned())
+        let device = match self.hello_device(conn, &hello.device_id) {
+            Ok(device) => device,
+            Err(r) => return self.fail(conn, r),
         };
         let role = match self.authorize_throttled(now, conn, &hello.token, &device) {
             Ok(role) => role,
@@ -79,27 +74,7 @@ impl Gateway {
                 role,
             };
         }
-        let mut ready = Ready::new(device.as_str(), &name, &self.config.avatar_url);
-        ready.capabilities.push = self
-            .config
-            .push
-            .as_ref()
-            .and_then(|p| p.vapid_public_key.clone())
-            .map(|key| PushCapability {
-                webpush: WebPushCapability { vapid_public_key: key },
-            });
-        if role == Role::Device {
-            ready.seq = self.latest_seq(&device);
-            ready.capabilities.history =
-                self.config
-                    .journal
-                    .filter(|j| j.history)
-                    .map(|j| crate::wire::server::HistoryCapability {
-                        items: j.items,
-                        days: j.days,
-                    });
-        }
-        let ready = encode("ready", &ready);
+        let ready = self.ready_frame(&device, &name, role);
         self.send(conn, ready);
         self.outputs.push_back(Output::Authenticated {
             conn,
@@ -109,39 +84,91 @@ impl Gateway {
         if role.is_service() {
             return; // S2: never addressable.
         }
-        self.push.touch(&device);
-        let d = self.device_entry(&device);
-        d.conn = Some(conn);
-        d.name = name;
-        d.user = UserInfo {
+        let user = UserInfo {
             id: hello.user_id.into_owned(),
             name: hello.user_name.into_owned(),
         };
+        self.device_online(now, conn, &device, name, user, hello.resume_after);
+    }
+
+    /// The device a `hello` names: its own id, or a new one when it gave none.
+    fn hello_device(&mut self, conn: ConnId, id: &str) -> Result<DeviceId, Rejection> {
+        if id.trim().is_empty() {
+            return Ok(self.ids.device_id());
+        }
+        if let Some(problem) = crate::hidden::device_id_problem(id) {
+            // L50: no look-alike of another device (`tel-1 `, `tel-\u{202E}1`).
+            log::info!("{conn:?}: hello refused: {problem}: {id:?}");
+            return Err(Rejection::bad_frame(problem));
+        }
+        Ok(DeviceId(id.to_owned()))
+    }
+
+    /// `ready`, with what this gateway offers (push, history) and the device's seq (L56).
+    fn ready_frame(&self, device: &DeviceId, name: &str, role: Role) -> String {
+        let mut ready = Ready::new(device.as_str(), name, &self.config.avatar_url);
+        ready.capabilities.push = self
+            .config
+            .push
+            .as_ref()
+            .and_then(|p| p.vapid_public_key.clone())
+            .map(|key| PushCapability {
+                webpush: WebPushCapability { vapid_public_key: key },
+            });
+        if role == Role::Device {
+            ready.seq = self.latest_seq(device);
+            ready.capabilities.history =
+                self.config
+                    .journal
+                    .filter(|j| j.history)
+                    .map(|j| crate::wire::server::HistoryCapability {
+                        items: j.items,
+                        days: j.days,
+                    });
+        }
+        encode("ready", &ready)
+    }
+
+    /// A device is reachable on `conn`: the agent hears it, and the device gets what waits
+    /// for it, from the journal after `resume_after` (L58) or else its open cards and held
+    /// output (H5, P1, M4).
+    fn device_online(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        device: &DeviceId,
+        name: String,
+        user: UserInfo,
+        resume_after: Option<u64>,
+    ) {
+        self.push.touch(device);
+        let d = self.device_entry(device);
+        d.conn = Some(conn);
+        d.name = name;
+        d.user = user;
         let online = AgentEvent::DeviceOnline {
             device: device.clone(),
             name: d.name.clone(),
             user: d.user.clone(),
         };
         self.event(online);
-        self.top_up_seqs(&device);
-        if let (Some(after), true) = (hello.resume_after, self.journal_on()) {
-            // L58: everything after `after` from the journal, then `resumed`, then live.
+        self.top_up_seqs(device);
+        if let (Some(after), true) = (resume_after, self.journal_on()) {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.resumed = true;
             }
-            return self.begin_replay(conn, &device, after);
+            return self.begin_replay(conn, device, after);
         }
-        // H5, P1: open cards first, then output held while offline (M4).
         let cards: Vec<String> = self
             .prompts
-            .for_device(&device)
+            .for_device(device)
             .iter()
             .map(|c| super::journal::stamp(vec![c.frame(now)], c.journal_seq).remove(0))
             .collect();
         for frame in cards {
             self.send(conn, frame);
         }
-        self.flush_hold(conn, &device);
+        self.flush_hold(conn, device);
     }
 
     /// H1–H3 behind L52's throttle: a blocked address is refused without its token being
