@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::journal::{stamp, Reply};
 use super::timers::{claim, TimerKey};
 use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
-use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile};
+use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptRequest};
 use crate::chunking::split_reply;
 use crate::hold::Held;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
@@ -51,68 +51,7 @@ impl Gateway {
                 prompt,
                 request,
                 ttl_secs,
-            } => {
-                // G8 cuts an answer's prompt_id to 128 characters: a longer card id could
-                // never be answered (issue 8 #15).
-                if prompt.as_str().is_empty() || prompt.as_str().chars().count() > MAX_ID_CHARS {
-                    return Err(CommandError::InvalidPrompt("card id must be 1 to 128 characters"));
-                }
-                if self.prompts.is_known(now, &device, &prompt) {
-                    return Err(CommandError::DuplicatePrompt);
-                }
-                // L33: bounded per device and in all; every hello re-sends a device's cards.
-                if self.prompts.open_count() >= MAX_OPEN_PROMPTS
-                    || self.prompts.open_for(&device) >= MAX_OPEN_PROMPTS_PER_DEVICE
-                {
-                    return Err(CommandError::TooManyPrompts);
-                }
-                // L17 and L27: at least 1 s, at most MAX_PROMPT_TTL_SECS.
-                let ttl = ttl_secs
-                    .map_or(self.config.prompt_ttl, Duration::from_secs)
-                    .clamp(Duration::from_secs(1), Duration::from_secs(MAX_PROMPT_TTL_SECS));
-                let card = Card::new(prompt.clone(), device.clone(), request, now + ttl)
-                    .map_err(CommandError::InvalidPrompt)?;
-                let frame = card.frame(now);
-                let hidden = card.hidden_chars();
-                if hidden {
-                    // L49: the log shows what will run, escaped (L29).
-                    log::warn!(
-                        "card {:?} for {device:?} holds hidden characters: text {:?}, command {:?}, description {:?}",
-                        card.id.as_str(),
-                        card.text,
-                        card.command,
-                        card.description
-                    );
-                }
-                // (a): what the notification shows of it: the command, or the question; a
-                // card's hidden characters shown as ⟨U+202E⟩ behind a warning (L49), so a
-                // lock screen cannot show one command for another either. (Replies keep
-                // theirs: an emoji's joiner is no threat there.)
-                let shown = preview(card.command.as_deref().unwrap_or(&card.text));
-                let notice = NotifyEvent::Card {
-                    prompt: card.id.clone(),
-                    kind: card.kind,
-                    text: if hidden {
-                        format!("\u{26A0} hidden characters: {}", crate::hidden::reveal(&shown))
-                    } else {
-                        shown
-                    },
-                    ttl: card.expires_at.since(now),
-                };
-                let mut card = card;
-                let seq = self.keep_card_open(now, &mut card);
-                self.prompts.insert(card);
-                self.arm_prompts();
-                // P1: an offline device gets the card when it connects, within its TTL.
-                match self.online_conn(&device) {
-                    Some(conn) => {
-                        self.send(conn, stamp(vec![frame], seq).remove(0));
-                        self.after_agent_output(now, &device);
-                    }
-                    None => self.notify(&device, notice),
-                }
-                Ok(())
-            }
+            } => self.open_prompt(now, device, prompt, request, ttl_secs),
             AgentCommand::Typing { device } => {
                 if let Some(conn) = self.online_conn(&device) {
                     self.send(conn, encode("typing", &Typing { stop: false }));
@@ -153,6 +92,77 @@ impl Gateway {
             }
         };
         done.map(|()| Accepted::Done)
+    }
+
+    /// A card from the agent: checked, kept open, shown or notified (P1).
+    fn open_prompt(
+        &mut self,
+        now: Time,
+        device: DeviceId,
+        prompt: PromptId,
+        request: PromptRequest,
+        ttl_secs: Option<u64>,
+    ) -> Result<(), CommandError> {
+        // G8 cuts an answer's prompt_id to 128 characters: a longer card id could
+        // never be answered (issue 8 #15).
+        if prompt.as_str().is_empty() || prompt.as_str().chars().count() > MAX_ID_CHARS {
+            return Err(CommandError::InvalidPrompt("card id must be 1 to 128 characters"));
+        }
+        if self.prompts.is_known(now, &device, &prompt) {
+            return Err(CommandError::DuplicatePrompt);
+        }
+        // L33: bounded per device and in all; every hello re-sends a device's cards.
+        if self.prompts.open_count() >= MAX_OPEN_PROMPTS
+            || self.prompts.open_for(&device) >= MAX_OPEN_PROMPTS_PER_DEVICE
+        {
+            return Err(CommandError::TooManyPrompts);
+        }
+        // L17 and L27: at least 1 s, at most MAX_PROMPT_TTL_SECS.
+        let ttl = ttl_secs
+            .map_or(self.config.prompt_ttl, Duration::from_secs)
+            .clamp(Duration::from_secs(1), Duration::from_secs(MAX_PROMPT_TTL_SECS));
+        let card =
+            Card::new(prompt.clone(), device.clone(), request, now + ttl).map_err(CommandError::InvalidPrompt)?;
+        let frame = card.frame(now);
+        let hidden = card.hidden_chars();
+        if hidden {
+            // L49: the log shows what will run, escaped (L29).
+            log::warn!(
+                "card {:?} for {device:?} holds hidden characters: text {:?}, command {:?}, description {:?}",
+                card.id.as_str(),
+                card.text,
+                card.command,
+                card.description
+            );
+        }
+        // (a): what the notification shows of it: the command, or the question; a
+        // card's hidden characters shown as ⟨U+202E⟩ behind a warning (L49), so a
+        // lock screen cannot show one command for another either. (Replies keep
+        // theirs: an emoji's joiner is no threat there.)
+        let shown = preview(card.command.as_deref().unwrap_or(&card.text));
+        let notice = NotifyEvent::Card {
+            prompt: card.id.clone(),
+            kind: card.kind,
+            text: if hidden {
+                format!("\u{26A0} hidden characters: {}", crate::hidden::reveal(&shown))
+            } else {
+                shown
+            },
+            ttl: card.expires_at.since(now),
+        };
+        let mut card = card;
+        let seq = self.keep_card_open(now, &mut card);
+        self.prompts.insert(card);
+        self.arm_prompts();
+        // P1: an offline device gets the card when it connects, within its TTL.
+        match self.online_conn(&device) {
+            Some(conn) => {
+                self.send(conn, stamp(vec![frame], seq).remove(0));
+                self.after_agent_output(now, &device);
+            }
+            None => self.notify(&device, notice),
+        }
+        Ok(())
     }
 
     fn online_conn(&self, device: &DeviceId) -> Option<ConnId> {
