@@ -102,3 +102,33 @@ fn a_change_during_the_replay_comes_once_after_it() {
     assert!(edited > resumed, "live, after the replay");
     assert!(!got.contains(&"text 90".to_owned()), "its old version is not replayed");
 }
+
+#[test]
+fn a_replay_waits_for_its_seqs_on_disk_and_ready_never_names_an_unreserved_seq() {
+    // L57: a crash must never hand out again a seq a phone was shown, in a frame, in
+    // `ready.seq` or in `resumed.seq`.
+    let mut h = Harness::with_journal(Config::new(TOKEN));
+    let phone = h.connect("tel-1");
+    h.agent(reply("r1", "before"));
+    h.close(phone);
+    h.restart(true);
+    h.auto_commit = false;
+    h.agent(reply("r2", "after the restart")); // a seq above the reservation: not yet on disk
+    let conn = resume(&mut h, 0);
+    let frames = h.take(conn);
+    assert_eq!(Harness::types(&frames), ["ready"], "nothing replayed before the commit");
+    let ready_seq = frames[0]["seq"].as_u64().unwrap();
+    h.commit();
+    let frames = h.take(conn);
+    let second = frames
+        .iter()
+        .find(|f| f["text"] == "after the restart")
+        .expect("replayed");
+    assert!(
+        second["seq"].as_u64().unwrap() > ready_seq,
+        "ready named only seqs on disk"
+    );
+    let resumed = frames.last().unwrap();
+    assert_eq!(resumed["t"], "resumed");
+    assert!(resumed["seq"].as_u64() >= second["seq"].as_u64());
+}

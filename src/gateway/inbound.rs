@@ -116,7 +116,7 @@ impl Gateway {
                 webpush: WebPushCapability { vapid_public_key: key },
             });
         if role == Role::Device {
-            ready.seq = self.latest_seq(device);
+            ready.seq = self.latest_safe_seq(device);
             ready.capabilities.history =
                 self.config
                     .journal

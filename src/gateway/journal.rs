@@ -98,6 +98,9 @@ pub(super) struct Journal {
     /// The ticket the agent's current command waits for (held output): `handle_agent`
     /// hands it back as `Accepted::Kept`.
     pub kept: Option<u64>,
+    /// Replays that wait for their device's seqs to be reserved on disk (a crash must not
+    /// hand out again a seq a replayed frame carried: L57).
+    pub replays_waiting: Vec<Replay>,
 }
 
 impl Journal {
@@ -113,6 +116,7 @@ impl Journal {
             gate_bytes: 0,
             committed: 0,
             kept: None,
+            replays_waiting: Vec::new(),
         }
     }
 }
@@ -210,6 +214,11 @@ impl Gateway {
         self.journal.as_ref().map(|j| j.seqs.latest(device))
     }
 
+    /// The device's latest seq reserved on disk (L57): `ready.seq`, `resumed.seq`.
+    pub(super) fn latest_safe_seq(&self, device: &DeviceId) -> Option<u64> {
+        self.journal.as_ref().map(|j| j.seqs.latest_safe(device))
+    }
+
     pub(super) fn put(&mut self, e: NewEntry<'_>) {
         let open = e.body.t == "prompt" && e.body.closed.is_none();
         let entry = Entry {
@@ -271,6 +280,7 @@ impl Gateway {
                     if let Some(j) = self.journal.as_mut() {
                         j.seqs.reserved(&device, upto);
                     }
+                    self.start_waiting_replays(&device);
                     if let Some(conn) = self.devices.get(&device).and_then(|d| d.conn) {
                         self.release(conn);
                     }

@@ -422,6 +422,9 @@ impl Gateway {
             return false;
         };
         self.upload_totals.update(c.uploads.footprint(), Default::default());
+        if let Some(j) = self.journal.as_mut() {
+            j.replays_waiting.retain(|r| r.conn != conn);
+        }
         if let ConnState::Ready {
             device,
             role: Role::Device,

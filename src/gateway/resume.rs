@@ -129,9 +129,12 @@ impl Gateway {
             conn,
             device: device.clone(),
             after,
-            ceiling: self.latest_seq(device).unwrap_or(0),
+            ceiling: 0,
         };
-        self.read_replay_page(replay, after);
+        match self.journal.as_mut() {
+            Some(j) if !j.seqs.is_safe(device) => j.replays_waiting.push(replay),
+            _ => self.start_replay(replay),
+        }
         let Some(d) = self.devices.get_mut(device) else { return };
         d.hold_slot = None;
         let keys: Vec<String> = d.hold.take().iter().map(|h| h.key()).collect();
@@ -154,6 +157,29 @@ impl Gateway {
         match pending {
             PendingRead::Replay(replay) => self.on_replay_page(now, replay, result),
             PendingRead::History { conn, id } => self.answer_history(now, conn, &id, result),
+        }
+    }
+
+    /// The first page, once every seq the device was given is reserved on disk: the
+    /// replay's frames may carry any of them.
+    fn start_replay(&mut self, mut replay: Replay) {
+        replay.ceiling = self.latest_seq(&replay.device).unwrap_or(0);
+        let after = replay.after;
+        self.read_replay_page(replay, after);
+    }
+
+    /// The device's seqs were reserved on disk: the replays that waited for it begin.
+    pub(super) fn start_waiting_replays(&mut self, device: &DeviceId) {
+        let Some(j) = self.journal.as_mut() else { return };
+        if !j.seqs.is_safe(device) {
+            return;
+        }
+        let (ready, waiting) = std::mem::take(&mut j.replays_waiting)
+            .into_iter()
+            .partition(|r| r.device == *device);
+        j.replays_waiting = waiting;
+        for replay in ready {
+            self.start_replay(replay);
         }
     }
 
@@ -196,7 +222,7 @@ impl Gateway {
         if let (true, Some(cursor)) = (page.more, cursor) {
             return self.read_replay_page(replay, cursor);
         }
-        let seq = self.latest_seq(&replay.device).unwrap_or(0);
+        let seq = self.latest_safe_seq(&replay.device).unwrap_or(0);
         self.outputs.push_back(super::Output::Send {
             conn,
             frame: encode("resumed", &Resumed { seq }),

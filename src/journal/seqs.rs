@@ -72,6 +72,12 @@ impl Seqs {
         self.devices.get(device).map_or(0, |r| r.last)
     }
 
+    /// The device's latest seq that is reserved on disk: what a client may be told it is
+    /// caught up to (`ready.seq`, `resumed.seq`), since a crash can never hand it out again.
+    pub fn latest_safe(&self, device: &DeviceId) -> u64 {
+        self.devices.get(device).map_or(0, |r| r.last.min(r.safe))
+    }
+
     /// Whether every seq handed out to the device is reserved on disk.
     pub fn is_safe(&self, device: &DeviceId) -> bool {
         self.devices.get(device).is_none_or(|r| r.last <= r.safe)
