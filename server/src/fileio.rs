@@ -19,7 +19,7 @@ use mio::Waker;
 use crate::agent::io::LoadError;
 use crate::state::MediaStore;
 
-/// Names a job, to match its result.
+/// Names a job, to match its result; chosen by the caller (the wiring).
 pub type Ticket = u64;
 
 enum Job {
@@ -58,7 +58,6 @@ pub struct FileWorker {
     latest: HashMap<PathBuf, Slot>,
     done: Receiver<Done>,
     thread: Option<JoinHandle<()>>,
-    next: Ticket,
 }
 
 impl FileWorker {
@@ -104,36 +103,31 @@ impl FileWorker {
             latest: HashMap::new(),
             done,
             thread: Some(thread),
-            next: 0,
         })
     }
 
-    fn submit(&mut self, job: impl FnOnce(Ticket) -> Job) -> Ticket {
-        self.next += 1;
-        let ticket = self.next;
+    fn submit(&mut self, job: Job) {
         if let Some(jobs) = &self.jobs {
             // The worker lives as long as the server; a send fails only if it panicked.
-            if jobs.send(job(ticket)).is_err() {
+            if jobs.send(job).is_err() {
                 log::error!("the file worker has stopped; files can no longer be saved or read");
             }
         }
-        ticket
     }
 
-    pub fn save(&mut self, event: AgentEvent) -> Ticket {
-        self.submit(|ticket| Job::Save {
-            ticket,
-            event: Box::new(event),
-        })
+    /// Saves the event's file or voice note; `Done::Saved` carries `ticket` (the caller's).
+    pub fn save(&mut self, ticket: Ticket, event: Box<AgentEvent>) {
+        self.submit(Job::Save { ticket, event });
     }
 
-    pub fn load(&mut self, path: PathBuf, limit: usize) -> Ticket {
-        self.submit(|ticket| Job::Load { ticket, path, limit })
+    /// Reads a file; `Done::Loaded` carries `ticket` (the caller's).
+    pub fn load(&mut self, ticket: Ticket, path: PathBuf, limit: usize) {
+        self.submit(Job::Load { ticket, path, limit });
     }
 
     /// Replaces `path` with `contents` atomically: a crash leaves the old file or the new.
     pub fn persist(&mut self, path: PathBuf, contents: Vec<u8>) {
-        self.submit(|_| Job::Persist { path, contents });
+        self.submit(Job::Persist { path, contents });
     }
 
     /// Like [`persist`](Self::persist) for a file of which only the newest contents matter
@@ -146,7 +140,7 @@ impl FileWorker {
             Err(_) => return log::error!("the file worker has stopped; {path:?} can no longer be saved"),
         };
         if !waiting {
-            self.submit(|_| Job::PersistLatest { path, slot });
+            self.submit(Job::PersistLatest { path, slot });
         }
     }
 

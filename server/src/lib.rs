@@ -23,3 +23,4 @@ pub mod state;
 pub mod timer;
 pub mod web;
 pub mod wheel;
+pub mod wiring;

@@ -1,8 +1,9 @@
 //! The server's deadlines, all on its one wheel (issue 17): what each is for, as a typed
 //! key, and K2's keep-alive rule as a pure function of time.
 //!
-//! The core keeps its own deadlines in its own heap (`src/gateway/timers.rs`) and is one
-//! key here, [`TimerKey::Core`]; docs/design.md says why there are two mechanisms.
+//! The core keeps its own deadlines in its own heap (`src/gateway/timers.rs`); its earliest,
+//! with the agent's and push's, is one key here, [`TimerKey::Wiring`]; docs/design.md says
+//! why there are two mechanisms.
 
 use std::time::{Duration, Instant};
 
@@ -49,10 +50,9 @@ pub enum TimerKey {
     Call(CallRef),
     /// A Unix socket peer of the agent link must have said hello by now.
     AgentHello(PeerId),
-    /// The core's earliest deadline (armed: one at a time).
-    Core,
-    /// The agent's earliest deadline (armed).
-    Agent,
+    /// The wiring's earliest deadline: the core's, the agent's or push's (coalesced
+    /// notifications and retries). Armed: one at a time.
+    Wiring,
     /// Hand freed heap pages back to the kernel, a little after memory was let go (armed).
     Trim,
     /// Retry `accept` after it failed for lack of resources (armed).
@@ -63,8 +63,6 @@ pub enum TimerKey {
     AgentReap,
     /// The shutdown's grace period is over (armed).
     Shutdown,
-    /// Push's earliest deadline: coalesced notifications and retries (armed).
-    Push,
 }
 
 /// What K2 says of a connection at `now`.

@@ -192,7 +192,7 @@ impl Server {
 
     /// `/healthz`: what the core and the loop hold, for an operator watching memory.
     fn health_response(&self) -> Vec<u8> {
-        let stats = self.core.stats();
+        let stats = self.wiring.core().stats();
         let body = serde_json::json!({
             "status": "ok",
             "version": env!("CARGO_PKG_VERSION"),
@@ -212,10 +212,10 @@ impl Server {
             // L51: what messages read in part and unfinished uploads hold.
             "partial_bytes": self.conns.partial_bytes(),
             "upload_held": stats.upload_held,
-            "agent": self.agent.health(),
+            "agent": self.wiring.agent().health(),
             // Push (issue 18): how many subscriptions, and the last push that failed.
-            "push_subscriptions": self.core.push_subscription_count(),
-            "push_last_error": self.push.as_ref().and_then(|p| p.last_error()),
+            "push_subscriptions": self.wiring.core().push_subscription_count(),
+            "push_last_error": self.wiring.push().and_then(|p| p.last_error()),
             // The journal (issue 24, L62): "ok", or why the gateway runs without one.
             "journal": self.journal_status,
             "journal_bytes": self.journal_bytes(),
@@ -258,7 +258,7 @@ impl Server {
                 needs_token: true,
                 source: request_source(peer, client),
             };
-            self.agent.handle_peer(self.time(now), opened);
+            self.wiring.handle_peer(self.time(now), opened);
             self.wheel.insert(
                 now + self.config.keepalive,
                 conn_timer(key, generation, ConnTimer::KeepAlive),
@@ -274,7 +274,7 @@ impl Server {
         );
         // decisions H7: the hello timeout counts from accept, not from now.
         let accepted = self.time(accepted_at);
-        self.core.handle_open(
+        self.wiring.handle_open(
             accepted,
             conn_id(key, generation),
             Peer {

@@ -1,6 +1,6 @@
-//! The journal's side of the loop (issue 24): the core's records go to the store's thread
-//! in one batch per wake-up, its reads in order behind them, and what the thread reports
-//! goes back to the core. The loop never waits on the disk.
+//! The journal's side of the loop (issue 24): the wiring's batches of records go to the
+//! store's thread, its reads in order behind them, and what the thread reports goes back
+//! to the wiring. The loop never waits on the disk.
 
 use std::collections::HashSet;
 use std::io;
@@ -8,8 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use hermes_mobile::journal::{JournalConfig, Record, Snapshot};
-use hermes_mobile::Output;
+use hermes_mobile::journal::{JournalConfig, Read, Record, Snapshot};
 
 use super::Server;
 use crate::journal::{Clock, Done, JournalSettings, JournalWorker, Opened, Store};
@@ -17,10 +16,9 @@ use crate::journal::{Clock, Done, JournalSettings, JournalWorker, Opened, Store}
 /// The journal file's name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.sqlite3";
 
-/// The store's thread and the records of this wake-up not yet handed to it.
+/// The store's thread.
 pub(super) struct JournalIo {
     worker: JournalWorker,
-    batch: Vec<Record>,
     /// Kinds of write failure already logged: each is logged once (issue 24 §4).
     failures_logged: HashSet<String>,
 }
@@ -81,7 +79,6 @@ pub(super) fn open(
             Ok(Opening {
                 io: Some(JournalIo {
                     worker,
-                    batch: Vec::new(),
                     failures_logged: HashSet::new(),
                 }),
                 snapshot: Some(snapshot),
@@ -100,30 +97,21 @@ pub(super) fn open(
 }
 
 impl Server {
-    /// A record joins this wake-up's batch; a read sends the batch first, so that it sees
-    /// every record before it.
-    pub(super) fn on_journal_output(&mut self, out: Output) {
-        let Some(j) = self.journal.as_mut() else { return };
-        match out {
-            Output::Journal(record) => j.batch.push(record),
-            Output::JournalRead { token, read } => {
-                if !j.batch.is_empty() {
-                    j.worker.write(std::mem::take(&mut j.batch));
-                }
-                j.worker.read(token, read);
-            }
-            _ => {}
+    /// The wiring's batch of records goes to the store's thread.
+    pub(super) fn write_journal(&mut self, records: Vec<Record>) {
+        if let Some(j) = self.journal.as_mut() {
+            j.worker.write(records);
         }
     }
 
-    /// Hands this wake-up's records to the store's thread: one batch per wake-up.
-    pub(super) fn flush_journal(&mut self) {
-        if let Some(j) = self.journal.as_mut().filter(|j| !j.batch.is_empty()) {
-            j.worker.write(std::mem::take(&mut j.batch));
+    /// A read, behind every record handed to the thread before it.
+    pub(super) fn read_journal(&mut self, token: u64, read: Read) {
+        if let Some(j) = self.journal.as_mut() {
+            j.worker.read(token, read);
         }
     }
 
-    /// What the store's thread reported: commits, failed writes and reads, to the core.
+    /// What the store's thread reported: commits, failed writes and reads, to the wiring.
     pub(super) fn on_journal_done(&mut self, now: Instant) {
         let t = self.time(now);
         loop {
@@ -131,18 +119,14 @@ impl Server {
                 return;
             };
             match done {
-                Done::Committed { ticket } => {
-                    self.core.handle_journal_committed(t, ticket);
-                    self.agent.handle_committed(t, ticket, true);
-                }
+                Done::Committed { ticket } => self.wiring.handle_journal_committed(t, ticket),
                 Done::WriteFailed { ticket, error } => {
                     self.log_journal_failure(&error);
                     if let Some(ticket) = ticket {
-                        self.core.handle_journal_failed(t, ticket);
-                        self.agent.handle_committed(t, ticket, false);
+                        self.wiring.handle_journal_failed(t, ticket);
                     }
                 }
-                Done::Read { token, result } => self.core.handle_journal_read(t, token, result),
+                Done::Read { token, result } => self.wiring.handle_journal_read(t, token, result),
             }
         }
     }
@@ -163,9 +147,9 @@ impl Server {
         self.journal.as_ref().map(|j| j.worker.journal_bytes())
     }
 
-    /// At shutdown: what is pending is committed before the process ends.
+    /// At shutdown: what is pending is committed before the process ends (the wiring hands
+    /// its batch over each time it goes quiet, so nothing of it waits here).
     pub(super) fn close_journal(&mut self) {
-        self.flush_journal();
         if let Some(j) = self.journal.as_mut() {
             j.worker.shutdown();
         }

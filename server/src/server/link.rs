@@ -1,58 +1,25 @@
-//! The event loop's side of the agent link: events to the agent in order (behind the
-//! saves of their files), the link's lines to and from its peers, and the `exec:` child's
+//! The event loop's side of the agent link: the file worker's answers (saved uploads, read
+//! files) to the wiring, the link's lines to and from its peers, and the `exec:` child's
 //! life (start, restart with backoff, stop).
 
 use std::time::Instant;
 
-use hermes_mobile::agent_link::{FileHandover, LineItem, PeerId};
-use hermes_mobile::AgentEvent;
+use hermes_mobile::agent_link::{LineItem, PeerId};
 use mio::Token;
 
 use super::link_transports::{PeerHome, ReadEnd};
-use super::{LinkRead, Parked, Server};
+use super::{LinkRead, Server};
 use crate::agent::io::PeerInput;
 use crate::fileio::Done;
 use crate::timer::TimerKey;
 
 impl Server {
-    /// A core event on its way to the agent. A file or voice note is saved first (off the
-    /// loop); events behind it wait, so the agent sees them in order. An event with nothing
-    /// ahead of it and no file is handed back, to go to the agent at once (no allocation
-    /// on the common path).
-    pub(super) fn park(&mut self, event: AgentEvent) -> Option<AgentEvent> {
-        let has_file = matches!(
-            &event,
-            AgentEvent::MessageReceived { file: Some(_), .. } | AgentEvent::MessageReceived { audio: Some(_), .. }
-        );
-        if has_file {
-            let ticket = self.files.save(event);
-            self.parked.push_back(Parked::Saving(ticket));
-        } else if self.parked.is_empty() {
-            return Some(event);
-        } else {
-            self.parked.push_back(Parked::Ready(Box::new(event), None));
-        }
-        None
-    }
-
     /// The file worker finished something.
     pub(super) fn on_files_done(&mut self, now: Instant) {
         while let Some(done) = self.files.poll_done() {
             match done {
-                Done::Saved { ticket, event, result } => {
-                    let file = match result {
-                        Ok(path) => FileHandover::Saved(path),
-                        Err(e) => FileHandover::Failed(format!("the gateway could not save it: {e}")),
-                    };
-                    if let Some(slot) = self
-                        .parked
-                        .iter_mut()
-                        .find(|p| matches!(p, Parked::Saving(t) if *t == ticket))
-                    {
-                        *slot = Parked::Ready(event, Some(file));
-                    }
-                }
-                Done::Loaded { ticket, result } => self.agent_loaded(ticket, result, now),
+                Done::Saved { ticket, event, result } => self.wiring.handle_file_saved(ticket, event, result),
+                Done::Loaded { ticket, result } => self.wiring.handle_file_loaded(self.time(now), ticket, result),
             }
         }
         self.drive(now);
@@ -84,7 +51,7 @@ impl Server {
         match home {
             PeerHome::Ws(key, _) => {
                 // The link learns of it when the connection is gone (`kill`).
-                return self.decide_close(key, 1008, "agent link closed", reason, now);
+                return self.close_ws(key, 1008, "agent link closed", reason, now);
             }
             PeerHome::Child => {
                 let restart = !self.shutting_down;
@@ -102,7 +69,7 @@ impl Server {
             }
         }
         let t = self.time(now);
-        self.agent.handle_peer(t, PeerInput::Closed { peer });
+        self.wiring.handle_peer(t, PeerInput::Closed { peer });
     }
 
     pub(super) fn start_child(&mut self, now: Instant) {
@@ -113,7 +80,7 @@ impl Server {
                     needs_token: false,
                     source: Default::default(),
                 };
-                self.agent.handle_peer(self.time(now), opened);
+                self.wiring.handle_peer(self.time(now), opened);
             }
             Err(e) => {
                 log::error!("agent: cannot start the command: {e}");
@@ -131,7 +98,7 @@ impl Server {
                 needs_token: false,
                 source: Default::default(),
             };
-            self.agent.handle_peer(self.time(now), opened);
+            self.wiring.handle_peer(self.time(now), opened);
             // A local peer that never says hello must not keep one of the few slots.
             let at = now + self.config.core.hello_timeout;
             self.wheel.insert(at, TimerKey::AgentHello(peer));
@@ -145,7 +112,7 @@ impl Server {
 
     /// A Unix peer's hello timeout: ended if it has not said hello.
     pub(super) fn agent_hello_due(&mut self, peer: PeerId, now: Instant) {
-        let said_hello = self.agent.peer_said_hello(peer);
+        let said_hello = self.wiring.peer_said_hello(peer);
         if !said_hello && self.link_transports.home(peer).is_some() {
             self.end_link_peer(peer, "no hello within the hello timeout", now);
         }
@@ -178,7 +145,7 @@ impl Server {
     /// and stopping at this turn's budget.
     pub(super) fn read_link_peer(&mut self, home: PeerHome, now: Instant) {
         let t = self.time(now);
-        let agent = &mut self.agent;
+        let agent = &mut self.wiring;
         let mut paused_for_file = false;
         let mut on_line = |peer: PeerId, item: Option<LineItem>| {
             match item {
@@ -228,7 +195,7 @@ impl Server {
             if !self.link_paused {
                 return;
             }
-            if !self.agent.wants_lines() {
+            if !self.wiring.wants_lines() {
                 return;
             }
             self.link_paused = false;

@@ -6,28 +6,27 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
-use hermes_mobile::agent_link::{AgentLink, FileHandover, QueueLimits};
-use hermes_mobile::{AgentEvent, ConnId, Gateway, Time};
+use hermes_mobile::agent_link::{AgentLink, QueueLimits};
+use hermes_mobile::{ConnId, Gateway, Time};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
 
 use crate::agent::demo::DemoAgent;
 use crate::agent::http::HttpAgent;
-use crate::agent::io::LoadTag;
 use crate::agent::link::LinkAgent;
-use crate::agent::{Agent, Refused};
+use crate::agent::Agent;
 use crate::config::{AgentKind, ServerConfig};
 use crate::conn::{Connections, Incoming};
-use crate::fileio::{FileWorker, Ticket};
+use crate::fileio::FileWorker;
 use crate::http_client::{dns::Resolver, HttpClient, Target};
 use crate::signals::StopSignals;
 use crate::timer::{ConnRef, ConnTimer, TimerKey};
 use crate::wheel::Wheel;
+use crate::wiring::Wiring;
 
-mod agent_work;
+mod carry_out;
 mod http_side;
 mod journal_io;
 mod link;
@@ -60,23 +59,16 @@ pub struct Server {
     conns: Connections,
     /// Every deadline of the server (the core's earliest among them).
     wheel: Wheel<TimerKey>,
-    core: Gateway,
-    agent: Agent,
+    /// The core, the agent, push and the journal's records: every decision of the loop.
+    wiring: Wiring,
     origin: Instant,
     config: ServerConfig,
     /// Saves uploads and reads agents' files off the loop.
     files: FileWorker,
-    /// Core events on their way to the agent, in order: one whose file is being saved
-    /// holds back those behind it.
-    parked: VecDeque<Parked>,
     /// The agent link's pipes and sockets (`exec:`, `link`).
     link_transports: LinkTransports,
     /// The HTTP client of the HTTP agents (`openai:`, `hermes:`) and of push.
     http: Option<HttpClient>,
-    /// Web Push and ntfy (issue 18).
-    push: Option<crate::push::Push>,
-    /// Files the agent asked for: the file worker's ticket and the agent's tag.
-    agent_loads: Vec<(Ticket, LoadTag)>,
     /// `/agent` is served (link mode with `MOBILE_AGENT_TOKEN`).
     agent_route: bool,
     /// A link peer's reading paused behind a command's file: read again once it is read.
@@ -118,12 +110,6 @@ pub struct Server {
 enum LinkRead {
     Peer(PeerHome),
     ChildStderr,
-}
-
-/// A core event waiting for its turn to reach the agent.
-enum Parked {
-    Ready(Box<AgentEvent>, Option<FileHandover>),
-    Saving(Ticket),
 }
 
 /// The HTTP agents' client, for the endpoint and CA of their settings.
@@ -243,7 +229,8 @@ impl Server {
             journal_io::clock_at(origin),
             waker.clone(),
         )?;
-        if opening.io.is_some() {
+        let journal = opening.io.is_some();
+        if journal {
             core_config.journal = Some(config.journal);
         }
         let mut core = Gateway::new(core_config);
@@ -265,15 +252,11 @@ impl Server {
             local_addr,
             conns: Connections::with_capacity(64),
             wheel: Wheel::new(origin, Duration::from_millis(10), 4096),
-            core,
-            push,
-            agent,
+            wiring: Wiring::new(core, agent, push, journal),
             origin,
             files,
-            parked: VecDeque::new(),
             link_transports,
             http,
-            agent_loads: Vec::new(),
             agent_route,
             link_paused: false,
             link_read_again: Vec::new(),
@@ -405,49 +388,19 @@ impl Server {
         }
     }
 
-    /// Feeds core events to the agent and agent commands to the core until both are quiet,
-    /// then hands the frames to their connections.
+    /// Steps the wiring until it is quiet, carrying out what it asks and handing it the
+    /// HTTP client's news, then hands the frames to their connections and arms the wiring's
+    /// deadline. Once per batch of input (and after what a batch decided elsewhere).
     fn drive(&mut self, now: Instant) {
         let t = self.time(now);
         loop {
-            let mut progress = false;
-            while let Some(out) = self.core.poll_output() {
-                progress = true;
-                self.on_output(out, now);
+            while let Some(io) = self.wiring.poll_io(t) {
+                self.carry_out(io, now);
             }
-            while let Some(event) = self.core.poll_event() {
-                progress = true;
-                if let Some(event) = self.park(event) {
-                    if let Some(key) = self.agent.handle_event(t, event, None) {
-                        self.core.handle_agent_handed(key);
-                    }
-                }
-            }
-            while let Some(Parked::Ready(..)) = self.parked.front() {
-                if let Some(Parked::Ready(event, file)) = self.parked.pop_front() {
-                    if let Some(key) = self.agent.handle_event(t, *event, file) {
-                        self.core.handle_agent_handed(key);
-                    }
-                }
-            }
-            while let Some(command) = self.agent.poll_command() {
-                progress = true;
-                let what = Refused::of(&command);
-                match self.core.handle_agent(t, command) {
-                    Ok(accepted) => self.agent.handle_accepted(t, &accepted),
-                    Err(e) => {
-                        log::warn!("agent command refused ({what:?}): {e}");
-                        self.agent.handle_refused(t, what, &e);
-                    }
-                }
-            }
-            progress |= self.pump_agent_io(now);
-            progress |= self.pump_push(now);
-            if !progress {
+            if !self.upstream_news(t) {
                 break;
             }
         }
-        self.flush_journal();
         let mut touched = std::mem::take(&mut self.touched);
         touched.sort_unstable();
         touched.dedup();
@@ -455,19 +408,8 @@ impl Server {
             self.flush_conn(key, now);
         }
         self.touched = touched;
-        if let Some(at) = self.core.poll_timeout().map(|t| self.instant(t)) {
-            self.wheel.arm(at, TimerKey::Core);
-        }
-        if let Some(at) = self.agent.poll_timeout().map(|t| self.instant(t)) {
-            self.wheel.arm(at, TimerKey::Agent);
-        }
-        if let Some(at) = self
-            .push
-            .as_ref()
-            .and_then(|p| p.poll_timeout())
-            .map(|t| self.instant(t))
-        {
-            self.wheel.arm(at, TimerKey::Push);
+        if let Some(at) = self.wiring.poll_timeout().map(|t| self.instant(t)) {
+            self.wheel.arm(at, TimerKey::Wiring);
         }
     }
 }

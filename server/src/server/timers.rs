@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::{conn_id, conn_timer, Server, SHUTDOWN_GRACE};
+use super::{conn_timer, Server, SHUTDOWN_GRACE};
 use crate::conn::Phase;
 use crate::timer::{ConnRef, ConnTimer, KeepAlive, TimerKey};
 
@@ -19,12 +19,14 @@ impl Server {
     fn on_timer(&mut self, key: TimerKey, now: Instant) {
         let t = self.time(now);
         match key {
-            TimerKey::Core => {
-                self.core.handle_timeout(t);
-                // Its timeouts expire held output, dedup entries and cards: memory let go.
-                self.schedule_trim(now);
+            TimerKey::Wiring => {
+                let core_due = self.wiring.core().poll_timeout().is_some_and(|at| at <= t);
+                self.wiring.handle_timeout(t);
+                if core_due {
+                    // Its timeouts expire held output, dedup entries and cards: memory let go.
+                    self.schedule_trim(now);
+                }
             }
-            TimerKey::Agent => self.agent.handle_timeout(t),
             TimerKey::AgentRestart => {
                 if self.link_transports.take_restart() && !self.shutting_down {
                     self.start_child(now);
@@ -40,12 +42,6 @@ impl Server {
             TimerKey::Trim => crate::memory::trim(),
             TimerKey::AcceptRetry => self.accept_all(now),
             TimerKey::Shutdown => self.grace_over = true,
-            TimerKey::Push => {
-                let t = self.time(now);
-                if let Some(push) = self.push.as_mut() {
-                    push.handle_timeout(t);
-                }
-            }
             TimerKey::Conn(conn, timer) => self.on_conn_timer(conn, timer, now),
         }
     }
@@ -87,11 +83,7 @@ impl Server {
         let next = match conn.keep_alive(now, keepalive) {
             Err(reason) => return self.kill(key, &reason),
             Ok(None) => return,
-            Ok(Some(KeepAlive::Close)) => {
-                conn.leave_core();
-                self.core.handle_close(self.time(now), conn_id(key, generation));
-                return self.decide_close(key, 1001, "idle", "silent too long", now);
-            }
+            Ok(Some(KeepAlive::Close)) => return self.close_ws(key, 1001, "idle", "silent too long", now),
             Ok(Some(KeepAlive::Ping(next) | KeepAlive::Wait(next))) => next,
         };
         self.wheel
@@ -112,18 +104,13 @@ impl Server {
             self.end_link_peer(peer, "the gateway is shutting down", now);
         }
         self.drive(now);
-        let keys = self.conns.keys();
-        let t = self.time(now);
-        for key in keys {
-            let Some(conn) = self.conns.get_mut(key) else { continue };
+        for key in self.conns.keys() {
+            let Some(conn) = self.conns.get(key) else { continue };
             if !matches!(conn.phase(), Phase::Ws(_)) {
                 self.kill(key, "shutting down");
                 continue;
             }
-            if conn.leave_core() {
-                self.core.handle_close(t, conn_id(key, conn.generation));
-            }
-            self.decide_close(key, 1001, "shutdown", "server shutting down", now);
+            self.close_ws(key, 1001, "shutdown", "server shutting down", now);
         }
         self.drive(now);
     }

@@ -3,9 +3,7 @@
 
 use std::time::Instant;
 
-use hermes_mobile::Output;
-
-use super::{conn_id, conn_timer, split_id, Server, AGENT_OUTBOX_LIMIT, TRIM_DELAY};
+use super::{conn_id, conn_timer, Server, AGENT_OUTBOX_LIMIT, TRIM_DELAY};
 use crate::agent::io::PeerInput;
 use crate::conn::{Drained, Incoming, Phase};
 use crate::timer::{ConnTimer, TimerKey};
@@ -20,7 +18,7 @@ impl Server {
         let Some(conn) = self.conns.get_mut(key) else { return };
         if conn.agent_peer().is_some() && !conn.life().is_closing() {
             // Lines behind a command's file wait in the socket, not in memory (L42).
-            if !self.agent.wants_lines() {
+            if !self.wiring.wants_lines() {
                 self.link_paused = true;
                 return;
             }
@@ -49,9 +47,9 @@ impl Server {
                     }
                     Incoming::InvalidUtf8 => PeerInput::Line { peer, line: &[0xff] },
                 };
-                self.agent.handle_peer(t, input);
+                self.wiring.handle_peer(t, input);
             }
-            if !authenticated && self.agent.peer_said_hello(peer) {
+            if !authenticated && self.wiring.peer_said_hello(peer) {
                 // Its hello was accepted: lines up to the full limit from now on.
                 conn.agent_authenticated();
             }
@@ -61,16 +59,16 @@ impl Server {
                 continue;
             }
             match msg {
-                Incoming::Message(bytes) => self.core.handle_message(t, id, &bytes),
-                Incoming::TooBig => self.core.handle_frame_too_big(t, id),
+                Incoming::Message(bytes) => self.wiring.handle_message(t, id, &bytes),
+                Incoming::TooBig => self.wiring.handle_frame_too_big(t, id),
                 // decisions G6: invalid UTF-8 is bad_frame; the core sees it as such.
-                Incoming::InvalidUtf8 => self.core.handle_message(t, id, &[0xff]),
+                Incoming::InvalidUtf8 => self.wiring.handle_message(t, id, &[0xff]),
             }
         }
         self.incoming = incoming;
         self.touched.push(key);
         if too_big {
-            return self.decide_close(key, 1009, "too_big", "agent sent a message over 16 MiB", now);
+            return self.close_ws(key, 1009, "too_big", "agent sent a message over 16 MiB", now);
         }
         if read == Ok(Drained::Budget) {
             self.read_again.push(key);
@@ -92,7 +90,7 @@ impl Server {
         let share = self
             .config
             .max_inbound
-            .saturating_sub(self.core.upload_held())
+            .saturating_sub(self.wiring.core().upload_held())
             .max(hermes_mobile::limits::MAX_FRAME_BYTES);
         while let Some(key) = self.conns.largest_partial_over(share) {
             let Some(conn) = self.conns.get(key) else { return };
@@ -101,7 +99,7 @@ impl Server {
                 conn.peer,
                 conn.partial_bytes(),
                 self.conns.partial_bytes(),
-                self.core.upload_held(),
+                self.wiring.core().upload_held(),
                 self.config.max_inbound
             );
             self.kill(
@@ -111,57 +109,17 @@ impl Server {
         }
     }
 
-    pub(super) fn on_output(&mut self, out: Output, now: Instant) {
-        let id = match &out {
-            Output::Send { conn, .. } | Output::Close { conn, .. } | Output::Authenticated { conn, .. } => *conn,
-            Output::Notify(_) | Output::PushChanged => return self.on_push_output(out, now),
-            Output::Journal(_) | Output::JournalRead { .. } => return self.on_journal_output(out),
-        };
-        let (key, generation) = split_id(id);
-        let Some(conn) = self.conns.live(key, generation) else {
-            return;
-        };
-        match out {
-            Output::Send { frame, .. } => self.conns.queue(key, frame),
-            Output::Close { code, reason, .. } => {
-                conn.leave_core();
-                self.decide_close(key, code, reason, reason, now);
-            }
-            Output::Authenticated { device, service, .. } => {
-                log::info!(
-                    "conn {key}: hello as {device:?}{}",
-                    if service { " (service)" } else { "" }
-                );
-                if let (Some(push), false) = (self.push.as_mut(), service) {
-                    push.device_online(&device);
-                }
-                conn.phone_authenticated(device.0);
-            }
-            Output::Notify(_) | Output::PushChanged => unreachable!("handled above"),
-            Output::Journal(_) | Output::JournalRead { .. } => unreachable!("handled above"),
-        }
-        self.touched.push(key);
-    }
-
-    fn on_push_output(&mut self, out: Output, now: Instant) {
-        let t = self.time(now);
-        let Some(push) = self.push.as_mut() else { return };
-        match out {
-            Output::Notify(n) => push.notify(t, n, &self.core),
-            Output::PushChanged => {
-                if let crate::push::PushIo::Persist { path, contents } = push.persist(&self.core) {
-                    self.files.persist_latest(path, contents);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    /// The connection is to close with `code`/`reason` once its queued frames are out. The
+    /// The one way a WebSocket is closed: it leaves the core (which is told, if it still
+    /// knew it), then closes with `code`/`reason` once its queued frames are out. The
     /// deadline is armed now, when the close is decided, not when the close frame is
     /// written: a peer that stops reading would otherwise hold the socket, its buffers and
     /// a `MOBILE_MAX_CONNECTIONS` slot for as long as it likes.
-    pub(super) fn decide_close(&mut self, key: usize, code: u16, reason: &str, log_reason: &str, now: Instant) {
+    pub(super) fn close_ws(&mut self, key: usize, code: u16, reason: &str, log_reason: &str, now: Instant) {
+        let Some(conn) = self.conns.get_mut(key) else { return };
+        if conn.leave_core() {
+            let id = conn_id(key, conn.generation);
+            self.wiring.handle_close(self.time(now), id);
+        }
         let Some(conn) = self.conns.get_mut(key) else { return };
         conn.reason = Some(log_reason.to_owned());
         let by = conn.decide_close(code, reason, now);
@@ -232,11 +190,11 @@ impl Server {
         let agent_peer = conn.agent_peer();
         let t = self.time(Instant::now());
         if in_core {
-            self.core.handle_close(t, id);
+            self.wiring.handle_close(t, id);
         }
         if let Some(peer) = agent_peer {
             self.link_transports.forget(peer);
-            self.agent.handle_peer(t, PeerInput::Closed { peer });
+            self.wiring.handle_peer(t, PeerInput::Closed { peer });
         }
         self.dead.push(key);
         self.schedule_trim(Instant::now());
