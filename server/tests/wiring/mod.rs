@@ -1,0 +1,310 @@
+//! The in-memory driver of the loop's wiring (issue 24 §0): the server's `Wiring` (the core,
+//! the agent, push's state machine and the journal's records) stepped on a virtual clock,
+//! the journal in memory (`MemoryJournal`: a crash keeps exactly what was committed),
+//! connections as ids, and the agent link's peer as lines. No socket, no thread, no sleep.
+//! It is what quinn's test `Pair` is for a connection, and what the core's `Harness`
+//! (tests/common/mod.rs of the core) is for the core alone: a "SIGKILL" drops whatever was
+//! not committed and starts a new wiring from the journal's snapshot.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use hermes_mobile::agent_link::{AgentLink, PeerId, QueueLimits};
+use hermes_mobile::journal::memory::MemoryJournal;
+use hermes_mobile::journal::JournalConfig;
+use hermes_mobile::{Config, ConnId, Gateway, Peer, Time};
+use hermes_mobile_server::agent::demo::DemoAgent;
+use hermes_mobile_server::agent::io::{LoadError, PeerInput};
+use hermes_mobile_server::agent::link::LinkAgent;
+use hermes_mobile_server::agent::Agent;
+use hermes_mobile_server::wiring::{Wiring, WiringIo};
+use serde_json::{json, Value};
+
+pub const TOKEN: &str = "app-token-0123456789";
+/// The demo's step between two versions of a streamed reply.
+pub const DEMO_STEP: Duration = Duration::from_millis(250);
+/// The agent link's one peer, once [`Driver::attach_agent`] opened it.
+pub const AGENT: PeerId = PeerId(1);
+
+/// Which agent a (re)started wiring gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AgentKind {
+    Demo,
+    Link,
+}
+
+pub struct Driver {
+    pub wiring: Wiring,
+    pub journal: MemoryJournal,
+    pub now: Time,
+    /// Commit whenever the wiring is quiet (a fast disk); off, commits wait for `commit()`.
+    pub auto_commit: bool,
+    config: Config,
+    agent: AgentKind,
+    /// Starts so far: the demo's ids differ per start, as the server's seed does.
+    starts: u64,
+    next_conn: u64,
+    /// Connections the core knows (for a SIGTERM's closes).
+    open: Vec<ConnId>,
+    /// Frames sent to each connection, in order.
+    pub sent: HashMap<ConnId, Vec<Value>>,
+    /// Close (code, reason) per connection.
+    pub closed: HashMap<ConnId, (u16, String)>,
+    /// Lines the link wrote to its agent, parsed.
+    pub lines: Vec<Value>,
+    /// Files saved for the agent, by name (the file worker's job, done at once).
+    pub saved: usize,
+}
+
+/// A core configured as the server configures it with the journal on.
+pub fn config() -> Config {
+    let mut config = Config::new(TOKEN);
+    config.journal = Some(JournalConfig::new());
+    config
+}
+
+fn agent_of(kind: AgentKind, config: &Config, start: u64) -> Agent {
+    match kind {
+        AgentKind::Demo => Agent::Demo(DemoAgent::new(DEMO_STEP, start)),
+        AgentKind::Link => {
+            let ttl = config.prompt_ttl.as_secs();
+            Agent::Link(LinkAgent::new(AgentLink::new(
+                "hermes-mobile/test",
+                ttl,
+                None,
+                QueueLimits::default(),
+            )))
+        }
+    }
+}
+
+impl Driver {
+    pub fn new(config: Config, agent: AgentKind) -> Driver {
+        let history = config.journal.is_none_or(|j| j.history);
+        let core = Gateway::new(config.clone());
+        Driver {
+            wiring: Wiring::new(core, agent_of(agent, &config, 0), None, true),
+            journal: MemoryJournal::new(history),
+            now: Time::ZERO,
+            auto_commit: true,
+            config,
+            agent,
+            starts: 0,
+            next_conn: 1,
+            open: Vec::new(),
+            sent: HashMap::new(),
+            closed: HashMap::new(),
+            lines: Vec::new(),
+            saved: 0,
+        }
+    }
+
+    pub fn demo() -> Driver {
+        Driver::new(config(), AgentKind::Demo)
+    }
+
+    /// Steps the wiring until it is quiet and the journal has committed (when
+    /// `auto_commit`). Bounded: a livelock fails instead of hanging.
+    pub fn step(&mut self) {
+        for _ in 0..10_000 {
+            let mut any = false;
+            while let Some(io) = self.wiring.poll_io(self.now) {
+                any = true;
+                self.carry_out(io);
+            }
+            if self.auto_commit && self.journal.has_pending() {
+                any = true;
+                self.commit();
+            }
+            if !any {
+                return;
+            }
+        }
+        panic!("the wiring did not settle");
+    }
+
+    /// What the loop would do with each request, done at once and in memory.
+    fn carry_out(&mut self, io: WiringIo) {
+        let now = self.now;
+        match io {
+            WiringIo::Send { conn, frame } => {
+                assert!(!self.closed.contains_key(&conn), "frame for closed {conn:?}: {frame}");
+                let v: Value = serde_json::from_str(&frame).expect("the gateway sends JSON");
+                self.sent.entry(conn).or_default().push(v);
+            }
+            WiringIo::Close { conn, code, reason } => {
+                self.open.retain(|c| *c != conn);
+                assert!(
+                    self.closed.insert(conn, (code, reason.to_owned())).is_none(),
+                    "closed twice"
+                );
+            }
+            WiringIo::Authenticated { .. } => {}
+            WiringIo::LinkWrite { line, .. } => {
+                self.lines
+                    .push(serde_json::from_str(&line).expect("the link writes JSON lines"));
+            }
+            WiringIo::LinkClose { peer, .. } => self.wiring.handle_peer(now, PeerInput::Closed { peer }),
+            WiringIo::SaveFile { ticket, event } => {
+                self.saved += 1;
+                let path = format!("/state/media/{ticket}").into();
+                self.wiring.handle_file_saved(ticket, event, Ok(path));
+            }
+            WiringIo::LoadFile { ticket, .. } => {
+                self.wiring
+                    .handle_file_loaded(now, ticket, Err(LoadError::Unreadable("no files here".into())))
+            }
+            WiringIo::JournalWrite(records) => {
+                for record in records {
+                    self.journal.apply(record);
+                }
+            }
+            WiringIo::JournalRead { token, read } => {
+                let result = self.journal.read(&read);
+                self.wiring.handle_journal_read(now, token, Ok(result));
+            }
+            WiringIo::Call { .. } | WiringIo::PushCall { .. } | WiringIo::Cancel(_) => {
+                panic!("no HTTP agent or push in memory")
+            }
+            WiringIo::Persist { .. } | WiringIo::PersistLatest { .. } => {}
+        }
+    }
+
+    /// The store commits what it has (its group commit) and tells the wiring.
+    pub fn commit(&mut self) {
+        if let Some(ticket) = self.journal.commit() {
+            self.wiring.handle_journal_committed(self.now, ticket);
+        }
+    }
+
+    /// The process ends and starts again from the journal. `killed`: a SIGKILL, which
+    /// loses whatever was not committed; otherwise a SIGTERM, which closes every
+    /// connection (1001) and commits before it exits, as `Server::run` does.
+    pub fn restart(&mut self, killed: bool) {
+        if killed {
+            self.journal.crash();
+        } else {
+            for conn in std::mem::take(&mut self.open) {
+                self.wiring.handle_close(self.now, conn);
+            }
+            self.step();
+            self.journal.commit();
+        }
+        self.starts += 1;
+        let mut core = Gateway::new(self.config.clone());
+        core.restore(self.now, self.journal.snapshot());
+        let agent = agent_of(self.agent, &self.config, self.starts);
+        self.wiring = Wiring::new(core, agent, None, true);
+        self.open.clear();
+        self.sent.clear();
+        self.closed.clear();
+        self.lines.clear();
+        self.step();
+    }
+
+    /// Moves the virtual clock to `at`, firing every deadline due on the way, in order.
+    pub fn advance_to(&mut self, at: Time) {
+        for _ in 0..100_000 {
+            match self.wiring.poll_timeout() {
+                Some(t) if t <= at => {
+                    self.now = self.now.max(t);
+                    self.wiring.handle_timeout(self.now);
+                    self.step();
+                }
+                _ => {
+                    self.now = self.now.max(at);
+                    self.wiring.handle_timeout(self.now);
+                    self.step();
+                    return;
+                }
+            }
+        }
+        panic!("timers did not settle");
+    }
+
+    pub fn advance(&mut self, by: Duration) {
+        let ms = u64::try_from(by.as_millis()).expect("a test's duration");
+        self.advance_to(Time::from_millis(self.now.as_millis() + ms));
+    }
+
+    // A phone's connection.
+
+    pub fn open(&mut self) -> ConnId {
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.wiring.handle_open(self.now, conn, Peer::default());
+        self.open.push(conn);
+        self.step();
+        conn
+    }
+
+    pub fn send(&mut self, conn: ConnId, frame: Value) {
+        self.wiring.handle_message(self.now, conn, frame.to_string().as_bytes());
+        self.step();
+    }
+
+    /// The phone's socket ended.
+    pub fn close(&mut self, conn: ConnId) {
+        self.open.retain(|c| *c != conn);
+        self.wiring.handle_close(self.now, conn);
+        self.step();
+    }
+
+    /// Opens a connection and says `hello` as `device`, with `resume` when `after` is given;
+    /// the frames it got.
+    pub fn hello(&mut self, device: &str, after: Option<u64>) -> (ConnId, Vec<Value>) {
+        let conn = self.open();
+        let mut hello = json!({"t":"hello","token":TOKEN,"device":{"id":device}});
+        if let Some(after) = after {
+            hello["resume"] = json!({ "after": after });
+        }
+        self.send(conn, hello);
+        let frames = self.take(conn);
+        assert_eq!(frames.first().map(|f| &f["t"]), Some(&json!("ready")), "{frames:?}");
+        (conn, frames)
+    }
+
+    /// Frames sent to `conn` since the last take.
+    pub fn take(&mut self, conn: ConnId) -> Vec<Value> {
+        self.sent.remove(&conn).unwrap_or_default()
+    }
+
+    // The agent link's peer.
+
+    /// An agent connects to the link and says hello.
+    pub fn attach_agent(&mut self) {
+        let opened = PeerInput::Opened {
+            peer: AGENT,
+            needs_token: false,
+            source: Default::default(),
+        };
+        self.wiring.handle_peer(self.now, opened);
+        self.agent_line(json!({"t":"hello","v":1}));
+    }
+
+    /// A line from the agent.
+    pub fn agent_line(&mut self, line: Value) {
+        let line = line.to_string();
+        let input = PeerInput::Line {
+            peer: AGENT,
+            line: line.as_bytes(),
+        };
+        self.wiring.handle_peer(self.now, input);
+        self.step();
+    }
+
+    /// The lines the link wrote since the last take.
+    pub fn take_lines(&mut self) -> Vec<Value> {
+        std::mem::take(&mut self.lines)
+    }
+}
+
+/// The frames of type `t`, in order.
+pub fn only(frames: &[Value], t: &str) -> Vec<Value> {
+    frames.iter().filter(|f| f["t"] == t).cloned().collect()
+}
+
+pub fn types(frames: &[Value]) -> Vec<&str> {
+    frames.iter().map(|f| f["t"].as_str().unwrap_or("?")).collect()
+}
