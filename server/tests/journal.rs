@@ -1,7 +1,8 @@
 //! The journal over real sockets (issue 24, L56–L62): what a restart by SIGTERM or SIGKILL
 //! keeps, `resume`, `history`, `forget`, `MOBILE_HISTORY=off`, and a journal that is damaged
 //! or from a newer build. The rules themselves are tested on virtual time (tests/journal.rs
-//! of the core); these check the wiring: the store's thread, its commits, the start-up.
+//! of the core, and through the loop's wiring in tests/restarts_in_memory.rs); these check
+//! the wiring: the store's thread, its commits, the start-up, a real SIGTERM and SIGKILL.
 mod common;
 #[path = "common/fake_push.rs"]
 mod fake_push;
@@ -113,28 +114,6 @@ fn an_open_card_survives_a_sigterm_and_its_answer_reaches_the_demo() {
     phone.send(json!({"t":"prompt","prompt_id":card,"option_id":"once"}));
     let frames = phone.until("message");
     assert_eq!(frames.last().unwrap()["text"], "approved (once): ls -la");
-}
-
-#[test]
-fn a_re_sent_id_is_dropped_after_a_sigkill_and_confirmed_again() {
-    let server = Server::start(&[]);
-    let (mut phone, _) = hello_resume(&server, "tel-1", 0);
-    phone.send(json!({"t":"text","id":"m1","text":"do it once"}));
-    let frames = phone.until("received");
-    let received = frames.last().unwrap().clone();
-    assert_eq!(received["id"], "m1");
-    phone.until("message");
-    drop(phone);
-    let dir = stop(server, libc::SIGKILL);
-    let server = Server::start_in(dir, &[]);
-    let (mut phone, _) = hello_resume(&server, "tel-1", 0);
-    phone.send(json!({"t":"text","id":"m1","text":"do it once"}));
-    let frames = drain(&mut phone);
-    assert_eq!(
-        frames,
-        vec![received],
-        "received again with the same seq, and no second turn"
-    );
 }
 
 #[test]
