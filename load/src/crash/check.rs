@@ -521,6 +521,19 @@ mod tests {
     }
 
     #[test]
+    fn a_redelivery_the_agent_dropped_is_not_a_second_time() {
+        // L64: after a restart the gateway may hand over again a message the agent had.
+        let p = phone(vec![sent("a", 1)], vec![conn(0, vec![reply("a", 2)])]);
+        let agent = [
+            ev(1.0, got("a")),
+            ev(1.1, AgentKind::Wrote("a".into())),
+            ev(2.0, AgentKind::Again("a".into())),
+        ];
+        let r = check(&[p], &agent);
+        assert_eq!(r.sections[0].violations.len(), 0, "{:?}", r.sections[0].violations);
+    }
+
+    #[test]
     fn an_unconfirmed_message_at_the_agent_is_a_violation() {
         let mut s = sent("a", 1);
         s.received.clear();

@@ -221,10 +221,11 @@ mod tests {
     fn the_agent_log_parses_and_keeps_bad_lines_apart() {
         let text = "1000000 7 start\n1500000 7 got m1 crash-0\n1600000 7 wrote m1\n\
                     1700000 7 ok m1\n1800000 7 error m2 device_offline\n1900000 7 unsent m3\n\
-                    2000000 7 eof\n2000000 7 got torn\n";
+                    1950000 8 again m1\n2000000 7 eof\n2000000 7 got torn\n";
         let (events, bad) = parse_agent_log(text, 1_000_000);
         assert_eq!(bad, ["2000000 7 got torn"]);
-        assert_eq!(events.len(), 7);
+        assert_eq!(events.len(), 8);
+        assert_eq!(events[6].kind, AgentKind::Again("m1".into()));
         assert_eq!(
             events[0],
             AgentEvent {
