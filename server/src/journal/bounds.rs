@@ -1,8 +1,9 @@
 //! What the journal keeps at most, applied lazily: after a commit, at most once a second,
 //! in a transaction of its own (a failed trim never costs the core a batch).
 //!
-//! A held entry and an open card are never trimmed by count or age: they are owed to a
-//! device. Only the device cap drops them, since it is the bound on the file itself.
+//! A held entry and an open card are never trimmed by count, age or the device cap: they
+//! are owed to a device. An event owed to the agent (the `owed` table) is never touched
+//! here at all: only the agent's receipt removes it, and the core bounds what it owes.
 //! Passes are kept cheap for a Pi: the per-device count only for devices written since
 //! the last pass, the device cap only when a device not counted before was written, the
 //! age scan once an hour.
@@ -139,7 +140,10 @@ fn trim_device(conn: &Connection, device: &str, items: usize) -> rusqlite::Resul
 
 /// Keeps the history of the [`MAX_DEVICES`] most recently used devices; the others lose
 /// it, not their seqs, and never what is still held for them or an open card (those were
-/// acknowledged, and the core bounds them on its own: L32, L33). Returns the devices that keep entries. Every device with
+/// acknowledged, and the core bounds them on its own: L32, L33), nor the events owed to
+/// the agent (this never touches `owed`). Only devices with history to lose are ranked:
+/// one with nothing but held entries, open cards or owed events keeps all of it and takes
+/// no other device's place. Returns the devices that keep entries. Every device with
 /// entries has a `seqs` row (a put writes both, and [`cap_seqs`] spares them), so this
 /// walks the small `seqs` table with one index probe per row.
 fn cap_devices(conn: &Connection) -> rusqlite::Result<HashSet<String>> {
@@ -169,8 +173,9 @@ fn cap_devices(conn: &Connection) -> rusqlite::Result<HashSet<String>> {
 }
 
 /// Forgets the seqs of the least recently used devices past [`MAX_SEQS`], sparing those
-/// with entries (at most [`MAX_DEVICES`] of them), and raises `seq_floor` to the largest
-/// seq they had reserved, so that a forgotten device never gets a seq it had before.
+/// with entries or owed events (as a device with entries keeps its seq row), and raises
+/// `seq_floor` to the largest seq they had reserved, so that a forgotten device never
+/// gets a seq it had before.
 fn cap_seqs(conn: &Connection) -> rusqlite::Result<()> {
     let count: i64 = conn.query_row("SELECT count(*) FROM seqs", [], |row| row.get(0))?;
     let excess = count.saturating_sub(MAX_SEQS as i64);
@@ -178,7 +183,9 @@ fn cap_seqs(conn: &Connection) -> rusqlite::Result<()> {
         return Ok(());
     }
     let mut oldest = conn.prepare_cached(
-        "SELECT device, reserved FROM seqs s WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.device = s.device)
+        "SELECT device, reserved FROM seqs s
+         WHERE NOT EXISTS (SELECT 1 FROM entries e WHERE e.device = s.device)
+           AND NOT EXISTS (SELECT 1 FROM owed o WHERE o.device = s.device)
          ORDER BY used_at, device LIMIT ?1",
     )?;
     let dropped = oldest

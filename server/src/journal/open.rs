@@ -251,7 +251,7 @@ fn read_snapshot(conn: &Connection, clock: Clock, settings: &JournalSettings, no
         held: rows::flagged(conn, Flag::Held, clock)?,
         open_cards: rows::flagged(conn, Flag::Open, clock)?,
         dedup: rows::dedup(conn, now.saturating_sub(window), clock)?,
-        owed: Vec::new(),
+        owed: rows::owed(conn, clock)?,
     })
 }
 

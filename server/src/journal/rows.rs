@@ -5,7 +5,7 @@
 //! as an error for the caller to report.
 
 use hermes_mobile::ids::DeviceId;
-use hermes_mobile::journal::{DedupRow, Entry, Read, ReadResult, Record, Window};
+use hermes_mobile::journal::{DedupRow, Entry, Owed, Read, ReadResult, Record, Window};
 use rusqlite::{params, Connection, Row};
 
 use super::Clock;
@@ -117,10 +117,27 @@ pub(super) fn apply(conn: &Connection, record: &Record, clock: Clock, now: u64) 
             .prepare_cached("DELETE FROM entries WHERE device = ?1 AND open = 0")?
             .execute([&device.0])
             .map(drop),
+        Record::Owe(owed) => owe(conn, owed, clock),
+        Record::Handed { device, key } => conn
+            .prepare_cached("DELETE FROM owed WHERE device = ?1 AND key = ?2")?
+            .execute(params![device.0, key])
+            .map(drop),
         Record::Confirm { .. } => Ok(()),
-        // The store side of owed events follows in the next commit.
-        Record::Owe(_) | Record::Handed { .. } => Ok(()),
     }
+}
+
+/// Owes an event; owing its key again replaces the row with a new one at the end (REPLACE
+/// deletes the old row and the insert takes an `n` above every other).
+fn owe(conn: &Connection, owed: &Owed, clock: Clock) -> rusqlite::Result<()> {
+    conn.prepare_cached("INSERT OR REPLACE INTO owed (device, key, at, body, blob) VALUES (?1, ?2, ?3, ?4, ?5)")?
+        .execute(params![
+            owed.device.0,
+            owed.key,
+            int(clock.unix_ms(owed.at)),
+            owed.body,
+            owed.blob,
+        ])
+        .map(drop)
 }
 
 /// Raises the device's reserved seq (never lowers it) and marks it used now.
@@ -240,6 +257,21 @@ pub(super) fn seq_floor(conn: &Connection) -> rusqlite::Result<u64> {
         row.get::<_, Option<i64>>(0)
     })?;
     Ok(floor.map_or(0, uint))
+}
+
+/// Every owed event, in the order it was owed.
+pub(super) fn owed(conn: &Connection, clock: Clock) -> rusqlite::Result<Vec<Owed>> {
+    conn.prepare("SELECT device, key, at, body, blob FROM owed ORDER BY n")?
+        .query_map([], |row| {
+            Ok(Owed {
+                device: DeviceId(row.get(0)?),
+                key: row.get(1)?,
+                at: clock.time(uint(row.get(2)?)),
+                body: row.get(3)?,
+                blob: row.get(4)?,
+            })
+        })?
+        .collect()
 }
 
 /// The idempotency windows' rows kept since `since` (unix ms), oldest first. A row of a

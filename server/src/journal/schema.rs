@@ -12,11 +12,13 @@ use std::path::Path;
 use rusqlite::Connection;
 
 /// The schema this build reads and writes.
-pub(super) const VERSION: u32 = 1;
+pub(super) const VERSION: u32 = 2;
 
 /// The comments are part of the schema text, so `sqlite3 journal.sqlite3 .schema` shows an
 /// owner what each column means. Times are unix milliseconds.
-const V1: &str = "
+/// Version 1, as the first release wrote it: never edited (a migration test builds a file
+/// from it), only followed by migrations.
+pub(super) const V1: &str = "
 CREATE TABLE entries (
     device    TEXT NOT NULL,
     key       TEXT NOT NULL,    -- m:<id> agent message, u:<id> user message, f:<id> file, p:<id> card
@@ -55,7 +57,25 @@ CREATE TABLE meta (
 ) WITHOUT ROWID;
 ";
 
-const MIGRATIONS: [&str; VERSION as usize] = [V1];
+/// Version 2: events owed to the agent (L64). `n` keeps the order they were owed: owing a
+/// key again replaces its row with a new one (`INSERT OR REPLACE`), whose `n` is above every
+/// other. An explicit `INTEGER PRIMARY KEY` rather than the implicit rowid, which a
+/// `VACUUM` may renumber; `(device, key)` is the row's key all the same.
+const V2: &str = "
+-- Events the agent has not had yet, handed over again after a restart until it has them.
+-- Only the agent's receipt removes a row: neither the bounds nor a forget do.
+CREATE TABLE owed (
+    n      INTEGER PRIMARY KEY, -- the order they were owed (a row owed again is a new row)
+    device TEXT NOT NULL,
+    key    TEXT NOT NULL,       -- m:<id> a message, p:<id> a card's answer or expiry
+    at     INTEGER NOT NULL,    -- when it was owed (unix ms)
+    body   TEXT NOT NULL,       -- the gateway's own JSON (the event without its file's bytes)
+    blob   BLOB,                -- a message's file or voice note
+    UNIQUE (device, key)
+);
+";
+
+const MIGRATIONS: [&str; VERSION as usize] = [V1, V2];
 
 pub(super) fn version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))

@@ -411,7 +411,7 @@ fn a_new_journal_is_at_the_current_schema_and_private() {
     drop(rig);
     let raw = Connection::open(&path).unwrap();
     let pragma = |name| raw.pragma_query_value(None, name, |row| row.get::<_, i64>(0)).unwrap();
-    assert_eq!(pragma("user_version"), 1);
+    assert_eq!(pragma("user_version"), i64::from(schema::VERSION));
     assert_eq!(pragma("auto_vacuum"), 2); // incremental
     let mode_name: String = raw.pragma_query_value(None, "journal_mode", |row| row.get(0)).unwrap();
     assert_eq!(mode_name, "wal");
@@ -501,7 +501,10 @@ fn a_journal_from_a_newer_build_is_refused_and_left_as_it_was() {
     let (db_before, wal_before) = (fs::read(&path).unwrap(), fs::read(&wal).unwrap());
     match Store::open(&dir.settings(), clock()) {
         Opened::Unavailable(why) => assert!(
-            why.ends_with("journal.sqlite3 was made by a newer hermes-mobile (schema 8, this build reads 1)"),
+            why.ends_with(&format!(
+                "journal.sqlite3 was made by a newer hermes-mobile (schema 8, this build reads {})",
+                schema::VERSION
+            )),
             "{why}"
         ),
         other => panic!("expected a refusal, got {other:?}"),
@@ -517,7 +520,10 @@ fn a_journal_from_a_newer_build_is_refused_and_left_as_it_was() {
     assert!(!wal.exists());
     let before = fs::read(&path).unwrap();
     match Store::open(&dir.settings(), clock()) {
-        Opened::Unavailable(why) => assert!(why.contains("(schema 7, this build reads 1)"), "{why}"),
+        Opened::Unavailable(why) => assert!(
+            why.contains(&format!("(schema 7, this build reads {})", schema::VERSION)),
+            "{why}"
+        ),
         other => panic!("expected a refusal, got {other:?}"),
     }
     assert_eq!(fs::read(&path).unwrap(), before);

@@ -15,7 +15,7 @@ const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
 /// Starts a worker that trims after every commit, writes `records` and a confirm, and
 /// stops it (the pass runs on the thread before it ends).
-fn write_and_trim(settings: &JournalSettings, clock: Clock, records: Vec<Record>) {
+pub(super) fn write_and_trim(settings: &JournalSettings, clock: Clock, records: Vec<Record>) {
     let (mut store, _) = open(settings, clock);
     store.bounds.every = Duration::ZERO;
     let mut rig = Rig::start(store);
