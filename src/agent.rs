@@ -21,6 +21,9 @@ pub struct UserInfo {
 pub struct Audio {
     pub format: AudioFormat,
     pub data: Vec<u8>,
+    /// Its name in the media store, given by the core (L63), as a file's
+    /// ([`ReceivedFile::media_name`]).
+    pub media_name: Option<String>,
 }
 
 /// Gateway → agent.

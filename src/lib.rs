@@ -52,6 +52,7 @@ mod hold;
 pub mod ids;
 pub mod journal;
 pub mod limits;
+pub mod media;
 pub mod mime;
 mod prompts;
 pub mod push;

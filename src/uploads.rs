@@ -26,6 +26,9 @@ pub struct ReceivedFile {
     pub filename: String,
     pub caption: Option<String>,
     pub data: Vec<u8>,
+    /// Its name in the media store, given by the core once it accepts the file (L63); the
+    /// server saves it under that name (`None`: under one of its own, L26).
+    pub media_name: Option<String>,
 }
 
 /// What one accepted chunk did.
@@ -154,6 +157,7 @@ impl Uploads {
             filename: upload.filename,
             caption: upload.caption,
             data: upload.assembly.finish(),
+            media_name: None,
         }))
     }
 
@@ -170,6 +174,7 @@ impl Uploads {
             filename: chunk.filename.clone().into_owned(),
             caption: chunk.caption.as_ref().map(|c| c.clone().into_owned()),
             data,
+            media_name: None,
         })
     }
 

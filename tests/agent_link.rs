@@ -314,6 +314,7 @@ fn the_queue_is_bounded_by_count_bytes_and_age() {
             filename: "a.pdf".into(),
             caption: None,
             data: vec![0; 2 << 20],
+            media_name: None,
         }),
         redelivered: false,
     };
@@ -406,6 +407,7 @@ fn files_are_handed_over_as_a_path_or_inline() {
             filename: "cat.png".into(),
             caption: Some("look".into()),
             data: b"PNGDATA".to_vec(),
+            media_name: None,
         }),
         redelivered: false,
     };

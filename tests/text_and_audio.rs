@@ -102,7 +102,7 @@ fn audio_is_decoded_with_its_recognized_text() {
     );
     match &h.take_events()[..] {
         [AgentEvent::MessageReceived {
-            audio: Some(Audio { format, data }),
+            audio: Some(Audio { format, data, .. }),
             text,
             ..
         }] => {

@@ -266,6 +266,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 Output::Notify(_) | Output::PushChanged => {}
                 Output::Journal(record) => journal.apply(record),
                 Output::JournalRead { token, read } => reads.push((token, journal.read(&read))),
+                Output::SaveMedia { name, .. } => gw.handle_media_saved(&name),
             }
             // Reads are answered after the outputs before them, as the store's thread does.
             for (token, result) in reads.drain(..) {

@@ -170,12 +170,19 @@ fn save(store: &mut MediaStore, event: &AgentEvent) -> io::Result<PathBuf> {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
+    // The core names what it accepts (L63); an event owed since an older build may not.
     let result = match (file, audio) {
-        (Some(file), _) => store.save(ms, device.as_str(), &file.filename, &file.data),
-        (None, Some(audio)) => {
-            let name = format!("voice.{}", audio.format.as_str());
-            store.save(ms, device.as_str(), &name, &audio.data)
-        }
+        (Some(file), _) => match &file.media_name {
+            Some(name) => store.save_as(name, &file.data),
+            None => store.save(ms, device.as_str(), &file.filename, &file.data),
+        },
+        (None, Some(audio)) => match &audio.media_name {
+            Some(name) => store.save_as(name, &audio.data),
+            None => {
+                let name = format!("voice.{}", audio.format.as_str());
+                store.save(ms, device.as_str(), &name, &audio.data)
+            }
+        },
         (None, None) => return Err(io::Error::other("nothing to save")),
     };
     match &result {

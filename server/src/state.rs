@@ -5,7 +5,7 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use hermes_mobile::mime::sanitize_filename;
+use hermes_mobile::media::MAX_NAME_BYTES;
 
 /// Random bytes from the operating system.
 pub fn random_bytes<const N: usize>() -> io::Result<[u8; N]> {
@@ -84,41 +84,63 @@ impl MediaStore {
 
     /// Writes a file as `<ms>-<device>-<sanitized name>` (decisions U6, L26); returns its path.
     /// Never overwrites: a second file with the same name in the same millisecond gets `-1`,
-    /// `-2`, … before its extension.
+    /// `-2`, … before its extension. For a file the core did not name (L63).
     pub fn save(&mut self, now_ms: u128, device: &str, filename: &str, data: &[u8]) -> io::Result<PathBuf> {
         create_private_dir(&self.dir)?;
         for n in 0..100 {
             let path = self.dir.join(disk_name(now_ms, device, filename, n));
-            let mut file = match fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&path)
-            {
-                Ok(f) => f,
+            match self.write_new(&path, data) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(e),
-            };
-            if let Err(e) = file.write_all(data) {
-                // A partial file would be counted nowhere (disk full): it goes.
-                let _ = fs::remove_file(&path);
-                return Err(e);
+                result => return result.map(|()| path),
             }
-            let (files, bytes) = match self.totals {
-                Some((n, b)) => (n + 1, b + data.len() as u64),
-                // The first save lists the directory once (the new file included).
-                None => self.list()?.iter().fold((0, 0), |(n, b), f| (n + 1, b + f.1)),
-            };
-            self.totals = Some((files, bytes));
-            if files > self.max_files || bytes > self.max_bytes {
-                self.prune()?;
-            }
-            return Ok(path);
         }
         Err(io::Error::new(
             io::ErrorKind::AlreadyExists,
             "100 files of that name this millisecond",
         ))
+    }
+
+    /// Writes a file under the name the core gave it (L63). The name holds 64 random bits,
+    /// so one already there is this same file, saved before a restart handed its message
+    /// over again: it is written anew (a crash may have cut it short), not counted twice.
+    pub fn save_as(&mut self, name: &str, data: &[u8]) -> io::Result<PathBuf> {
+        if hermes_mobile::media::key_of_name(name).is_none() || name.contains('/') || name.len() > MAX_NAME_BYTES {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a media name"));
+        }
+        create_private_dir(&self.dir)?;
+        let path = self.dir.join(name);
+        match self.write_new(&path, data) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                let mut file = fs::OpenOptions::new().write(true).truncate(true).open(&path)?;
+                file.write_all(data).map(|()| path)
+            }
+            result => result.map(|()| path),
+        }
+    }
+
+    /// Creates `path` (never an existing file), writes `data` and counts it against the
+    /// bounds, removing the oldest files when over.
+    fn write_new(&mut self, path: &Path, data: &[u8]) -> io::Result<()> {
+        let mut file = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        if let Err(e) = file.write_all(data) {
+            // A partial file would be counted nowhere (disk full): it goes.
+            let _ = fs::remove_file(path);
+            return Err(e);
+        }
+        let (files, bytes) = match self.totals {
+            Some((n, b)) => (n + 1, b + data.len() as u64),
+            // The first save lists the directory once (the new file included).
+            None => self.list()?.iter().fold((0, 0), |(n, b), f| (n + 1, b + f.1)),
+        };
+        self.totals = Some((files, bytes));
+        if files > self.max_files || bytes > self.max_bytes {
+            self.prune()?;
+        }
+        Ok(())
     }
 
     /// The files under `dir`: (modified, length, path).
@@ -151,35 +173,10 @@ impl MediaStore {
     }
 }
 
-/// The longest file name written, in bytes: file systems allow 255 (issue 8 #11).
-const MAX_NAME_BYTES: usize = 240;
-/// The device's share of it: a device id may be 120 characters of up to 4 bytes each.
-const MAX_DEVICE_BYTES: usize = 48;
-/// An extension longer than this is treated as part of the name.
-const MAX_EXTENSION_BYTES: usize = 16;
-
-/// `s` cut to at most `max` bytes, at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
-/// `<ms>-<device>-<stem>[-n]<.ext>`, sanitized and at most [`MAX_NAME_BYTES`] bytes, the
-/// extension kept so that agents and people still see what the file is.
+/// `<ms>-<device>-<stem>[-n]<.ext>` (L26), cut as the core cuts its own names.
 fn disk_name(now_ms: u128, device: &str, filename: &str, n: u32) -> String {
-    let device = sanitize_filename(device);
-    let name = sanitize_filename(filename);
-    let (stem, ext) = match name.rfind('.') {
-        Some(dot) if dot > 0 && name.len() - dot <= MAX_EXTENSION_BYTES => name.split_at(dot),
-        _ => (name.as_str(), ""),
-    };
-    let prefix = format!("{now_ms}-{}-", cut(&device, MAX_DEVICE_BYTES));
     let suffix = if n == 0 { String::new() } else { format!("-{n}") };
-    let room = MAX_NAME_BYTES.saturating_sub(prefix.len() + suffix.len() + ext.len());
-    format!("{prefix}{}{suffix}{ext}", cut(stem, room))
+    hermes_mobile::media::disk_name(&now_ms.to_string(), device, filename, &suffix)
 }
 
 #[cfg(test)]
@@ -253,6 +250,23 @@ mod tests {
             store.save(i, "tel-1", "f.bin", b"x").unwrap();
         }
         assert_eq!(fs::read_dir(dir.join("media")).unwrap().count(), 3);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_file_the_core_named_is_saved_under_that_name_once() {
+        // L63: handed over again after a restart, the same file is written anew.
+        let dir = temp("media-named");
+        let mut store = MediaStore::new(&dir);
+        let name = format!("{}-tel-1-cat.png", "0123456789abcdef".repeat(2));
+        let path = store.save_as(&name, b"cut short").unwrap();
+        assert_eq!(path, dir.join("media").join(&name));
+        store.save_as(&name, b"whole").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"whole");
+        assert_eq!(store.totals, Some((1, 9)), "counted once");
+        for bad in ["../x", "cat.png", &format!("{}/x", "0".repeat(32))] {
+            assert!(store.save_as(bad, b"x").is_err(), "{bad}");
+        }
         fs::remove_dir_all(dir).unwrap();
     }
 }

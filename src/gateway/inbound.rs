@@ -181,6 +181,18 @@ impl Gateway {
         device: &DeviceId,
     ) -> Result<Role, Rejection> {
         let source = self.conns.get(&conn).map(|c| c.peer.source).unwrap_or_default();
+        self.authorize_from(now, source, token, device)
+    }
+
+    /// [`Gateway::authorize_throttled`] for a source address: a `hello`'s, or a `/files/`
+    /// request's (L63), whose failures count the same.
+    pub(super) fn authorize_from(
+        &mut self,
+        now: Time,
+        source: crate::throttle::SourceKey,
+        token: &str,
+        device: &DeviceId,
+    ) -> Result<Role, Rejection> {
         if let Some(left) = self.throttle.blocked(source, now) {
             let message = format!(
                 "too many failed attempts; try again in {} s",
@@ -191,7 +203,7 @@ impl Gateway {
         let verdict = authorize(&self.config, token, device.as_str());
         if verdict.as_ref().is_err_and(|r| r.code == ErrorCode::AuthFailed) {
             if let Some(block) = self.throttle.record_failure(source, now) {
-                log::warn!("{conn:?}: failed hellos from one address; refusing it for {block:?} (L52)");
+                log::warn!("failed hellos or file requests from one address; refusing it for {block:?} (L52)");
             }
             self.arm_sweep(now);
         }
@@ -258,7 +270,11 @@ impl Gateway {
 
     /// Records the id, tells the agent, and starts the turn (M3 step 1).
     fn accept_message(&mut self, now: Time, conn: ConnId, device: &DeviceId, id: &str, message: UserMessage) {
-        let UserMessage { text, audio, file } = message;
+        let UserMessage {
+            text,
+            mut audio,
+            mut file,
+        } = message;
         let bytes = text.as_ref().map_or(0, String::len)
             + audio.as_ref().map_or(0, |a| a.data.len())
             + file.as_ref().map_or(0, |f| f.data.len());
@@ -271,6 +287,7 @@ impl Gateway {
             );
             return self.send_error(conn, &busy.with_id(Some(id)), false);
         }
+        self.name_upload(device, &mut audio, &mut file);
         let seq = self.keep_user_message(now, conn, device, id, || user_body(id, &text, &audio, &file));
         self.seen.insert(now, device, id, seq);
         self.arm_sweep(now);
@@ -318,7 +335,11 @@ impl Gateway {
         if data.is_empty() {
             return self.send_error(conn, &fail(Rejection::bad_frame("audio is empty")), false);
         }
-        let audio = Audio { format: a.format, data };
+        let audio = Audio {
+            format: a.format,
+            data,
+            media_name: None,
+        };
         let message = UserMessage {
             text: a.text.map(Cow::into_owned),
             audio: Some(audio),
@@ -461,10 +482,15 @@ fn user_body(
 ) -> crate::journal::body::Body {
     use crate::journal::body::Body;
     match (audio, file) {
-        (Some(a), _) => Body::user_audio(id, a.format.as_str(), a.data.len(), text.as_deref()),
+        (Some(a), _) => {
+            let mut body = Body::user_audio(id, a.format.as_str(), a.data.len(), text.as_deref());
+            body.stored = a.media_name.clone();
+            body
+        }
         (None, Some(f)) => {
             let mut body = Body::file(true, id, f.kind.as_str(), &f.mime, &f.filename, f.data.len());
             body.caption = f.caption.clone();
+            body.stored = f.media_name.clone();
             body
         }
         (None, None) => Body::user_text(id, text.as_deref().unwrap_or("")),

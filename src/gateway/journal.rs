@@ -570,6 +570,7 @@ impl Gateway {
             );
             body.caption = file.caption.clone();
             body.reply_to = file.reply_to.clone();
+            body.stored = self.save_sent_file(device, file);
             self.put(NewEntry {
                 device,
                 key: format!("f:{id}"),

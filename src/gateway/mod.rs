@@ -10,6 +10,7 @@ mod deliver;
 mod device;
 mod inbound;
 mod journal;
+mod media;
 mod outbound;
 mod push;
 mod resume;
@@ -76,6 +77,9 @@ pub enum Output {
     /// Read the journal, in order with the records; answer with
     /// [`Gateway::handle_journal_read`].
     JournalRead { token: u64, read: crate::journal::Read },
+    /// Keep a file sent to a device in the media store as `name` (L63); answer with
+    /// [`Gateway::handle_media_saved`] or [`Gateway::handle_media_failed`].
+    SaveMedia { name: String, data: Vec<u8> },
 }
 
 /// Counters for health checks, tests and memory accounting.
@@ -155,6 +159,8 @@ pub struct Gateway {
     now: Time,
     /// The journal (issue 24); `None` when the driver keeps none.
     journal: Option<journal::Journal>,
+    /// What the media store keeps (L63).
+    media: media::MediaState,
 }
 
 impl Gateway {
@@ -178,6 +184,7 @@ impl Gateway {
             outputs: VecDeque::new(),
             events: VecDeque::new(),
             now: Time::ZERO,
+            media: Default::default(),
             config,
         }
     }

@@ -249,7 +249,11 @@ impl Gateway {
             }
             "media" => match file_of(&body, entry.blob.clone()) {
                 Some(file) if entry.blob.is_some() => stamp(self.media_frames(&body.id, &file), entry.seq),
-                _ => vec![with_seq(media_without_data(&body), entry.seq)],
+                _ => {
+                    let mut body = body;
+                    self.show_file(&entry.device, &mut body);
+                    vec![with_seq(media_without_data(&body), entry.seq)]
+                }
             },
             "prompt" => self.replay_card(now, entry, body, after),
             _ => Vec::new(),
@@ -345,10 +349,12 @@ impl Gateway {
     }
 
     /// One entry as a `history` item: the frame a client would get, whole, with its seq
-    /// (L59). An open card says the seconds it has left; a file carries no data.
+    /// (L59). An open card says the seconds it has left; a file carries no data, and its
+    /// `url` while the media store has it (L63).
     fn history_item(&self, now: Time, entry: &Entry) -> Option<String> {
         let mut body = Body::parse(&entry.body)?;
         body.edit = false;
+        self.show_file(&entry.device, &mut body);
         let json = match body.t.as_str() {
             "prompt" => match self.prompts.get(&body.id).filter(|c| c.device == entry.device) {
                 Some(card) => card.frame(now),

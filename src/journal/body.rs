@@ -34,6 +34,13 @@ pub struct Body {
     pub size: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reply_to: Option<String>,
+    /// A file's name in the media store (L63), as the core named it; never shown: an item
+    /// carries [`Body::url`] instead, while the store still has the file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stored: Option<String>,
+    /// Where a client fetches a kept file (`/files/…`, L63): set on the way out, never kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
     /// A card's fields (`t: prompt`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub options: Option<Vec<CardOptionBody>>,

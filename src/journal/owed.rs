@@ -82,6 +82,9 @@ enum OwedBody {
         audio: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         file: Option<FileBody>,
+        /// The voice note's or file's name in the media store (L63): saved again under it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        media_name: Option<String>,
     },
     Answered {
         prompt: String,
@@ -125,13 +128,15 @@ pub fn owe(event: &AgentEvent, now: Time) -> Option<Owed> {
             file,
             ..
         } => {
-            let mut blob = None;
+            let (mut blob, mut media_name) = (None, None);
             let audio = audio.map(|a| {
                 blob = Some(a.data);
+                media_name = a.media_name;
                 a.format.as_str().to_owned()
             });
             let file = file.map(|f| {
                 blob = Some(f.data);
+                media_name = f.media_name;
                 FileBody {
                     id: f.id,
                     kind: f.kind.as_str().to_owned(),
@@ -147,6 +152,7 @@ pub fn owe(event: &AgentEvent, now: Time) -> Option<Owed> {
                 text,
                 audio,
                 file,
+                media_name,
             };
             (body, blob)
         }
@@ -209,12 +215,14 @@ pub fn event_of(owed: &Owed) -> Option<AgentEvent> {
             text,
             audio,
             file,
+            media_name,
         } => {
             let audio = match audio.as_deref() {
                 None => None,
                 Some(format) => Some(Audio {
                     format: audio_format(format)?,
                     data: bytes(),
+                    media_name: media_name.clone(),
                 }),
             };
             let file = match file {
@@ -226,6 +234,7 @@ pub fn event_of(owed: &Owed) -> Option<AgentEvent> {
                     filename: f.filename,
                     caption: f.caption,
                     data: bytes(),
+                    media_name,
                 }),
             };
             AgentEvent::MessageReceived {
@@ -299,6 +308,7 @@ mod tests {
             filename: "a.png".into(),
             caption: Some("look".into()),
             data: vec![1, 2, 3],
+            media_name: Some("0123456789abcdef0123456789abcdef-tel-a.png".into()),
         };
         let event = AgentEvent::MessageReceived {
             device: DeviceId::from("tel"),

@@ -30,6 +30,10 @@ pub struct Harness {
     pub auto_commit: bool,
     /// Journal reads wait here instead of being answered at once (a slow disk).
     pub held_reads: Option<Vec<(u64, hermes_mobile::journal::Read)>>,
+    /// The media store (L63): what the server saved, by name.
+    pub media: HashMap<String, Vec<u8>>,
+    /// Files to save wait here instead of being saved at once (a slow disk).
+    pub held_media: Option<Vec<(String, Vec<u8>)>>,
 }
 
 impl Harness {
@@ -51,7 +55,33 @@ impl Harness {
             journal: None,
             auto_commit: true,
             held_reads: None,
+            media: HashMap::new(),
+            held_media: None,
         }
+    }
+
+    /// The file worker saves a file the core named, and says so (L63).
+    fn save_media(&mut self, name: String, data: Vec<u8>) {
+        if let Some(held) = self.held_media.as_mut() {
+            return held.push((name, data));
+        }
+        self.gw.handle_media_saved(&name);
+        self.media.insert(name, data);
+    }
+
+    /// The files that waited are saved now (the slow disk catches up).
+    pub fn save_held_media(&mut self) {
+        for (name, data) in self.held_media.as_mut().map(std::mem::take).unwrap_or_default() {
+            self.gw.handle_media_saved(&name);
+            self.media.insert(name, data);
+        }
+        self.pump();
+    }
+
+    /// L26's bounds remove a file from the media store, and the core is told.
+    pub fn remove_media(&mut self, name: &str) {
+        self.media.remove(name);
+        self.gw.handle_media_removed(name);
     }
 
     /// A gateway with a journal (issue 24) in memory, history on unless the config says.
@@ -161,9 +191,22 @@ impl Harness {
                     let result = self.journal.as_ref().map(|j| j.read(&read)).unwrap_or_default();
                     self.gw.handle_journal_read(self.now, token, Ok(result));
                 }
+                Output::SaveMedia { name, data } => self.save_media(name, data),
             }
         }
         while let Some(e) = self.gw.poll_event() {
+            // The server saves a message's voice note or file before the agent gets it.
+            if let AgentEvent::MessageReceived { audio, file, .. } = &e {
+                let audio = audio
+                    .as_ref()
+                    .and_then(|a| Some((a.media_name.clone()?, a.data.clone())));
+                let file = file
+                    .as_ref()
+                    .and_then(|f| Some((f.media_name.clone()?, f.data.clone())));
+                if let Some((name, data)) = audio.or(file) {
+                    self.save_media(name, data);
+                }
+            }
             match e {
                 // Presence has its own record, so that tests of messages see messages.
                 AgentEvent::DeviceOnline { .. } | AgentEvent::DeviceOffline { .. } => self.presence.push(e),

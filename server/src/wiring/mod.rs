@@ -221,6 +221,12 @@ impl Wiring {
 
     /// A `SaveFile` is done: its event goes on to the agent, with where its file is.
     pub fn handle_file_saved(&mut self, ticket: Ticket, event: Box<AgentEvent>, result: std::io::Result<PathBuf>) {
+        if let Some(name) = media_name(&event) {
+            match &result {
+                Ok(_) => self.core.handle_media_saved(name),
+                Err(_) => self.core.handle_media_failed(name),
+            }
+        }
         let file = match result {
             Ok(path) => FileHandover::Saved(path),
             Err(e) => FileHandover::Failed(format!("the gateway could not save it: {e}")),
@@ -358,6 +364,11 @@ impl Wiring {
                 }
                 WiringIo::JournalRead { token, read }
             }
+            Output::SaveMedia { name, .. } => {
+                // Not kept yet: the file worker's side of sent files follows (L63).
+                self.core.handle_media_failed(&name);
+                return;
+            }
         };
         self.io.push_back(io);
     }
@@ -430,4 +441,13 @@ impl Wiring {
         }
         progress
     }
+}
+
+/// The name the core gave a message's voice note or file in the media store (L63).
+fn media_name(event: &AgentEvent) -> Option<&str> {
+    let AgentEvent::MessageReceived { audio, file, .. } = event else {
+        return None;
+    };
+    let audio = audio.as_ref().and_then(|a| a.media_name.as_deref());
+    audio.or_else(|| file.as_ref().and_then(|f| f.media_name.as_deref()))
 }

@@ -125,6 +125,7 @@ mod tests {
             filename: name.into(),
             caption: Some("look".into()),
             data: data.to_vec(),
+            media_name: None,
         }
     }
 
