@@ -22,10 +22,12 @@ mod counted;
 mod lifecycle;
 pub mod slots;
 mod table;
+mod turn;
 
 use counted::Counted;
 pub use lifecycle::Lifecycle;
 pub use table::{source_of, Connections};
+pub use turn::Turn;
 
 /// Bytes of small frames gathered before tungstenite writes them out.
 const WRITE_BATCH: usize = 16 * 1024;
@@ -162,8 +164,8 @@ pub struct Conn {
     /// its reader must not be used again, so incoming bytes are discarded raw until the
     /// peer goes.
     poisoned: bool,
-    /// Why it ended, for the close log line.
-    pub reason: Option<String>,
+    /// Why it is closing, for the close log line: set when the close is decided.
+    reason: Option<String>,
     /// The client's address as a local proxy reported it, once the upgrade is read (L54
     /// groups a proxy's sockets by it).
     client: Option<std::net::IpAddr>,
@@ -296,9 +298,23 @@ impl Conn {
         }
     }
 
-    /// A close is decided (see [`Lifecycle::decide_close`]); its deadline.
-    pub fn decide_close(&mut self, code: u16, reason: &str, now: Instant) -> Instant {
+    /// A close is decided (see [`Lifecycle::decide_close`]): `reason` goes to the peer,
+    /// `log_reason` to the close log line. Its deadline.
+    pub fn decide_close(&mut self, code: u16, reason: &str, log_reason: &str, now: Instant) -> Instant {
+        self.reason = Some(log_reason.to_owned());
         self.life.decide_close(code, reason, now)
+    }
+
+    /// L28: the close was not over by its deadline; the log line says so.
+    pub fn close_overdue(&mut self) {
+        let why = self.reason.take().unwrap_or_else(|| "closing".into());
+        self.reason = Some(format!("{why}; close did not finish in time"));
+    }
+
+    /// Why it ended, for the close log line: the close's reason if one was decided, else
+    /// `now_why` (what ends it now).
+    pub fn end_reason(&mut self, now_why: &str) -> String {
+        self.reason.take().unwrap_or_else(|| now_why.to_owned())
     }
 
     /// K2 for an open connection: a ping asked for is sent here. `Err` ends it.

@@ -16,6 +16,7 @@ use mio::net::TcpStream;
 use mio::Registry;
 use slab::Slab;
 
+use super::turn::Turn;
 use super::{Conn, Phase};
 
 pub struct Connections {
@@ -29,6 +30,8 @@ pub struct Connections {
     /// Bytes of messages read in part, over every WebSocket (L51). Changed only by
     /// [`Connections::read_ws`] and [`Connections::end`].
     partial: usize,
+    /// What this batch of events left to do to connections at its end.
+    turn: Turn,
 }
 
 impl Connections {
@@ -39,7 +42,13 @@ impl Connections {
             phones: 0,
             agents: 0,
             partial: 0,
+            turn: Turn::default(),
         }
+    }
+
+    /// The turn's to-do list: touched connections, reads to do again, ends after the drive.
+    pub fn turn(&mut self) -> &mut Turn {
+        &mut self.turn
     }
 
     /// Adds a connection for an accepted stream; `register` sees its key first, and a
@@ -167,14 +176,15 @@ impl Connections {
             .collect()
     }
 
-    /// Queues a frame for the peer; a connection that is gone, or ended and not yet
-    /// freed, takes nothing.
+    /// Queues a frame for the peer, to go out at the end of the turn; a connection that is
+    /// gone, or ended and not yet freed, takes nothing.
     pub fn queue(&mut self, key: usize, frame: String) {
         let Some(conn) = self.slab.get_mut(key).filter(|c| !matches!(c.phase, Phase::Dead)) else {
             return;
         };
         *total(&mut self.phones, &mut self.agents, conn) += frame.len();
         conn.queue(frame);
+        self.turn.touch(key);
     }
 
     /// Hands what is queued for `key` to its socket (see `Conn::pump`), then the close
@@ -214,14 +224,18 @@ impl Connections {
         conn.phase = Phase::Dead;
         let dropped = conn.drop_outbox();
         *total(&mut self.phones, &mut self.agents, conn) -= dropped;
+        self.turn.dead.push(key);
         Some(conn)
     }
 
-    /// Frees the entry of a connection that was ended.
-    pub fn free_dead(&mut self, key: usize) {
-        if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
-            let conn = self.slab.remove(key);
-            debug_assert_eq!(conn.outbox_bytes, 0, "an ended connection holds no frames");
+    /// Frees the entries of the connections ended in this batch (mio may report a
+    /// deregistered token until the batch is over).
+    pub fn free_dead(&mut self) {
+        for key in std::mem::take(&mut self.turn.dead) {
+            if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
+                let conn = self.slab.remove(key);
+                debug_assert_eq!(conn.outbox_bytes, 0, "an ended connection holds no frames");
+            }
         }
     }
 
@@ -380,7 +394,7 @@ mod tests {
                         // Frames for it in the same batch, before it is freed, are not kept.
                         conns.queue(clients[c].0, "late".into());
                         prop_assert_eq!(conns.get(clients[c].0).map(Conn::queued_bytes), Some(0));
-                        conns.free_dead(clients[c].0);
+                        conns.free_dead();
                         // Issue 23 review: a message begun behind the upgrade request counts.
                         clients[c] = ws_pair_with(&mut conns, &client_frame(30_000, c * 100));
                     }
@@ -395,7 +409,7 @@ mod tests {
                         let mut into = Vec::new();
                         if conns.read_ws(clients[c].0, Instant::now(), &mut into).is_err() {
                             conns.end(clients[c].0, poll.registry());
-                            conns.free_dead(clients[c].0);
+                            conns.free_dead();
                             clients[c] = ws_pair(&mut conns);
                         }
                     }

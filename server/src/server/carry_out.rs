@@ -17,7 +17,6 @@ impl Server {
             WiringIo::Send { conn, frame } => {
                 if let Some(key) = self.live_key(conn) {
                     self.conns.queue(key, frame);
-                    self.touched.push(key);
                 }
             }
             WiringIo::Close { conn, code, reason } => {
@@ -34,7 +33,7 @@ impl Server {
                 if let Some(c) = self.conns.get_mut(key) {
                     c.phone_authenticated(device.0);
                 }
-                self.touched.push(key);
+                self.conns.turn().touch(key);
             }
             WiringIo::Call { id, request } => match self.http.as_mut() {
                 Some(client) => client.start(self.poll.registry(), &mut self.wheel, id, request, now),
@@ -52,6 +51,7 @@ impl Server {
             WiringIo::LinkWrite { peer, line } => self.write_link_line(peer, line, now),
             WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),
             WiringIo::SaveFile { ticket, event } => self.files.save(ticket, event),
+            WiringIo::SaveMedia { name, data } => self.files.save_media(name, data),
             WiringIo::LoadFile { ticket, path, limit } => self.files.load(ticket, path, limit),
             WiringIo::Persist { path, contents } => self.files.persist(path, contents),
             WiringIo::PersistLatest { path, contents } => self.files.persist_latest(path, contents),

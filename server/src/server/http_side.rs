@@ -123,7 +123,7 @@ impl Server {
             Phase::Ws(_) => self.on_ws(key, now),
             Phase::Drain(_) => match conn.drain() {
                 Discarded::Closed => self.kill(key, "http response sent"),
-                Discarded::Budget => self.read_again.push(key),
+                Discarded::Budget => self.conns.turn().read_again(key),
                 Discarded::All => {}
             },
             Phase::Dead => {}

@@ -20,6 +20,9 @@ impl Server {
             match done {
                 Done::Saved { ticket, event, result } => self.wiring.handle_file_saved(ticket, event, result),
                 Done::Loaded { ticket, result } => self.wiring.handle_file_loaded(self.time(now), ticket, result),
+                Done::MediaSaved { name, result } => self.wiring.handle_media_saved(&name, result.is_ok()),
+                Done::MediaRemoved(names) => self.wiring.handle_media_removed(&names),
+                Done::Fetched { .. } => {}
             }
         }
         self.drive(now);
@@ -31,7 +34,6 @@ impl Server {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
                 line.pop(); // a WebSocket message is the line without its newline
                 self.conns.queue(key, line);
-                self.touched.push(key);
             }
             Some(PeerHome::Ws(..)) => {}
             Some(home) => {

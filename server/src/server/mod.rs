@@ -75,17 +75,9 @@ pub struct Server {
     link_paused: bool,
     /// Link peers (and the child's stderr) whose read budget ran out this turn.
     link_read_again: Vec<LinkRead>,
-    /// Slab keys to free once the current batch of events is handled (mio may still report
-    /// a deregistered token in the same batch).
-    dead: Vec<usize>,
+    /// Scratch for the turn's touched connections (`conn::Turn` keeps the list).
     touched: Vec<usize>,
     incoming: Vec<Incoming>,
-    /// Connections that had more to read when their read budget ran out (no readiness
-    /// event will come for what is already buffered): read again next turn.
-    read_again: Vec<usize>,
-    /// Connections whose peer closed in the same read as its last messages: ended after
-    /// those messages' turns have run (issue 8 #4), not before.
-    ended_after_drive: Vec<(usize, String)>,
     due: Vec<TimerKey>,
     /// SIGINT or SIGTERM was acted on: connections are closing; `TimerKey::Shutdown`
     /// ends the grace period.
@@ -237,6 +229,9 @@ impl Server {
         if let Some(snapshot) = opening.snapshot {
             core.restore(Time::ZERO, snapshot);
         }
+        // L63: an item carries `url` only while the media store still holds its file.
+        let media = crate::state::MediaStore::names(&config.state_dir);
+        core.restore_media(media.iter().map(String::as_str));
         if let Some(json) = subscriptions {
             let count = core.restore_push(&json).map_err(|e| {
                 invalid(format!(
@@ -261,11 +256,8 @@ impl Server {
             link_paused: false,
             link_read_again: Vec::new(),
             config,
-            dead: Vec::new(),
             touched: Vec::new(),
             incoming: Vec::new(),
-            ended_after_drive: Vec::new(),
-            read_again: Vec::new(),
             due: Vec::new(),
             shutting_down: false,
             grace_over: false,
@@ -332,7 +324,7 @@ impl Server {
                 .next_deadline()
                 .map(|d| d.saturating_duration_since(Instant::now()));
             let upstream_again = self.http.as_ref().is_some_and(HttpClient::wants_read_again);
-            if !self.read_again.is_empty() || !self.link_read_again.is_empty() || upstream_again {
+            if self.conns.turn().wants_read_again() || !self.link_read_again.is_empty() || upstream_again {
                 timeout = Some(Duration::ZERO);
             }
             match self.poll.poll(&mut events, timeout) {
@@ -341,7 +333,7 @@ impl Server {
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
-            for key in std::mem::take(&mut self.read_again) {
+            for key in self.conns.turn().take_read_again() {
                 self.on_io(key, now);
             }
             for read in std::mem::take(&mut self.link_read_again) {
@@ -374,7 +366,7 @@ impl Server {
             self.fire_timers(now);
             self.drive(now);
             self.resume_link_reads(now);
-            let ended = std::mem::take(&mut self.ended_after_drive);
+            let ended = self.conns.turn().take_ended();
             if !ended.is_empty() {
                 for (key, reason) in ended {
                     self.kill(key, &reason);
@@ -382,9 +374,7 @@ impl Server {
                 // The closes may have armed core timers (a device's bookkeeping, L32).
                 self.drive(now);
             }
-            for key in self.dead.drain(..) {
-                self.conns.free_dead(key);
-            }
+            self.conns.free_dead();
         }
     }
 
@@ -402,8 +392,7 @@ impl Server {
             }
         }
         let mut touched = std::mem::take(&mut self.touched);
-        touched.sort_unstable();
-        touched.dedup();
+        self.conns.turn().take_touched(&mut touched);
         for key in touched.drain(..) {
             self.flush_conn(key, now);
         }

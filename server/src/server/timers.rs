@@ -65,8 +65,7 @@ impl Server {
             ConnTimer::KeepAlive => self.keep_alive(at.key, now),
             ConnTimer::CloseBy if conn.life().close_overdue(now) => {
                 // decisions L28: dropped, whatever is still queued.
-                let why = conn.reason.take().unwrap_or_else(|| "closing".into());
-                conn.reason = Some(format!("{why}; close did not finish in time"));
+                conn.close_overdue();
                 self.kill(at.key, "close did not finish in time")
             }
             ConnTimer::Drain if matches!(conn.phase(), Phase::Drain(_)) => self.kill(at.key, "http response sent"),

@@ -11,7 +11,7 @@ use crate::timer::{ConnTimer, TimerKey};
 impl Server {
     pub(super) fn on_ws(&mut self, key: usize, now: Instant) {
         // Its read side already ended this turn: nothing more is read from it.
-        if self.ended_after_drive.iter().any(|(k, _)| *k == key) {
+        if self.conns.turn().ends_after_drive(key) {
             return;
         }
         let t = self.time(now);
@@ -66,18 +66,19 @@ impl Server {
             }
         }
         self.incoming = incoming;
-        self.touched.push(key);
+        // Pongs and close replies tungstenite queued go out at the end of the turn.
+        self.conns.turn().touch(key);
         if too_big {
             return self.close_ws(key, 1009, "too_big", "agent sent a message over 16 MiB", now);
         }
         if read == Ok(Drained::Budget) {
-            self.read_again.push(key);
+            self.conns.turn().read_again(key);
         }
         if let Err(reason) = read {
             // Input in order: messages read from this connection in this turn (in this call
             // or an earlier one) are answered first, while the device is still online, so
             // the agent's reply is not held for a device that left (issue 8 #4).
-            self.ended_after_drive.push((key, reason));
+            self.conns.turn().end_after_drive(key, reason);
         }
     }
 
@@ -121,11 +122,10 @@ impl Server {
             self.wiring.handle_close(self.time(now), id);
         }
         let Some(conn) = self.conns.get_mut(key) else { return };
-        conn.reason = Some(log_reason.to_owned());
-        let by = conn.decide_close(code, reason, now);
-        self.wheel
-            .insert(by, conn_timer(key, conn.generation, ConnTimer::CloseBy));
-        self.touched.push(key);
+        let by = conn.decide_close(code, reason, log_reason, now);
+        let generation = conn.generation;
+        self.wheel.insert(by, conn_timer(key, generation, ConnTimer::CloseBy));
+        self.conns.turn().touch(key);
     }
 
     pub(super) fn flush_conn(&mut self, key: usize, now: Instant) {
@@ -177,7 +177,7 @@ impl Server {
             return;
         };
         let id = conn_id(key, conn.generation);
-        let reason = conn.reason.take().unwrap_or_else(|| reason.to_owned());
+        let reason = conn.end_reason(reason);
         if was_ws {
             match conn.who() {
                 Some(who) => log::info!("conn {key}: {} {who:?} closed: {reason}", conn.peer),
@@ -196,7 +196,6 @@ impl Server {
             self.link_transports.forget(peer);
             self.wiring.handle_peer(t, PeerInput::Closed { peer });
         }
-        self.dead.push(key);
         self.schedule_trim(Instant::now());
     }
 
