@@ -31,6 +31,10 @@ enum Job {
         path: PathBuf,
         limit: usize,
     },
+    /// Keep a file sent to a device in the media store under the core's name (L63).
+    SaveMedia { name: String, data: Vec<u8> },
+    /// Read the media store's file `key` (32 hex digits, checked) for the `/files/` route.
+    Fetch { ticket: Ticket, key: String },
     /// Replace a small file atomically (an HTTP agent's conversation); nothing to report.
     Persist { path: PathBuf, contents: Vec<u8> },
     /// Replace a file with the newest contents in `slot`, if still there ([`FileWorker::persist_latest`]).
@@ -51,6 +55,24 @@ pub enum Done {
         ticket: Ticket,
         result: Result<Vec<u8>, LoadError>,
     },
+    /// A `SaveMedia` is done.
+    MediaSaved { name: String, result: io::Result<()> },
+    /// L26's bounds removed these files from the media store.
+    MediaRemoved(Vec<String>),
+    /// A `Fetch` is done: the file's name and bytes.
+    Fetched {
+        ticket: Ticket,
+        result: Result<(String, Vec<u8>), FetchError>,
+    },
+}
+
+/// Why the media store's file could not be read for the route.
+#[derive(Debug)]
+pub enum FetchError {
+    /// No such file (any more): 404.
+    NotFound,
+    /// It is there but could not be read: 500, logged.
+    Unreadable(String),
 }
 
 pub struct FileWorker {
@@ -67,33 +89,16 @@ impl FileWorker {
         let mut store = MediaStore::new(&std::path::absolute(state_dir)?);
         let thread = std::thread::Builder::new().name("file-io".into()).spawn(move || {
             for job in job_rx {
-                let result = match job {
-                    Job::Save { ticket, event } => {
-                        let result = save(&mut store, &event);
-                        Done::Saved { ticket, event, result }
+                let done = run(&mut store, job);
+                let removed = store.take_removed();
+                let removed = (!removed.is_empty()).then_some(Done::MediaRemoved(removed));
+                if done.is_none() && removed.is_none() {
+                    continue;
+                }
+                for done in done.into_iter().chain(removed) {
+                    if done_tx.send(done).is_err() {
+                        return;
                     }
-                    Job::Load { ticket, path, limit } => Done::Loaded {
-                        ticket,
-                        result: load(&path, limit),
-                    },
-                    Job::Persist { path, contents } => {
-                        if let Err(e) = persist(&path, &contents) {
-                            log::warn!("could not save {:?}: {e}", path);
-                        }
-                        continue;
-                    }
-                    Job::PersistLatest { path, slot } => {
-                        let contents = slot.lock().map(|mut s| s.take()).unwrap_or_default();
-                        if let Some(contents) = contents {
-                            if let Err(e) = persist(&path, &contents) {
-                                log::warn!("could not save {:?}: {e}", path);
-                            }
-                        }
-                        continue;
-                    }
-                };
-                if done_tx.send(result).is_err() {
-                    return;
                 }
                 let _ = waker.wake();
             }
@@ -123,6 +128,17 @@ impl FileWorker {
     /// Reads a file; `Done::Loaded` carries `ticket` (the caller's).
     pub fn load(&mut self, ticket: Ticket, path: PathBuf, limit: usize) {
         self.submit(Job::Load { ticket, path, limit });
+    }
+
+    /// Keeps a file sent to a device under the core's name; `Done::MediaSaved` follows.
+    pub fn save_media(&mut self, name: String, data: Vec<u8>) {
+        self.submit(Job::SaveMedia { name, data });
+    }
+
+    /// Reads the media store's file `key` (checked by the caller: 32 hex digits, never a
+    /// path); `Done::Fetched` carries `ticket`.
+    pub fn fetch(&mut self, ticket: Ticket, key: String) {
+        self.submit(Job::Fetch { ticket, key });
     }
 
     /// Replaces `path` with `contents` atomically: a crash leaves the old file or the new.
@@ -157,6 +173,61 @@ impl Drop for FileWorker {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// One job on the worker's thread; what it reports, if anything.
+fn run(store: &mut MediaStore, job: Job) -> Option<Done> {
+    Some(match job {
+        Job::Save { ticket, event } => {
+            let result = save(store, &event);
+            Done::Saved { ticket, event, result }
+        }
+        Job::Load { ticket, path, limit } => Done::Loaded {
+            ticket,
+            result: load(&path, limit),
+        },
+        Job::SaveMedia { name, data } => {
+            let result = store.save_as(&name, &data).map(|_| ());
+            if let Err(e) = &result {
+                log::warn!("could not keep a sent file in the media store: {e}");
+            }
+            Done::MediaSaved { name, result }
+        }
+        Job::Fetch { ticket, key } => Done::Fetched {
+            ticket,
+            result: fetch(store, &key),
+        },
+        Job::Persist { path, contents } => {
+            if let Err(e) = persist(&path, &contents) {
+                log::warn!("could not save {:?}: {e}", path);
+            }
+            return None;
+        }
+        Job::PersistLatest { path, slot } => {
+            let contents = slot.lock().map(|mut s| s.take()).unwrap_or_default();
+            if let Some(contents) = contents {
+                if let Err(e) = persist(&path, &contents) {
+                    log::warn!("could not save {:?}: {e}", path);
+                }
+            }
+            return None;
+        }
+    })
+}
+
+/// The media store's file `key`, found by listing the directory (no path is built from a
+/// request), read as an agent's file is (a regular file, at most 8 MiB, never blocking).
+fn fetch(store: &MediaStore, key: &str) -> Result<(String, Vec<u8>), FetchError> {
+    let unreadable = |e: String| FetchError::Unreadable(e);
+    let Some(path) = store.find(key).map_err(|e| unreadable(e.to_string()))? else {
+        return Err(FetchError::NotFound);
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+    match load(&path, hermes_mobile::limits::MAX_MEDIA_BYTES) {
+        Ok(data) => Ok((name, data)),
+        Err(LoadError::TooBig) => Err(unreadable(format!("{name}: over 8 MiB"))),
+        Err(LoadError::Unreadable(why)) => Err(unreadable(why)),
     }
 }
 

@@ -70,6 +70,8 @@ pub struct MediaStore {
     max_bytes: u64,
     /// Files and bytes under `dir`, once listed.
     totals: Option<(usize, u64)>,
+    /// Names the bounds removed since [`MediaStore::take_removed`] (the core is told, L63).
+    removed: Vec<String>,
 }
 
 impl MediaStore {
@@ -79,7 +81,40 @@ impl MediaStore {
             max_files: 200,
             max_bytes: 256 * 1024 * 1024,
             totals: None,
+            removed: Vec::new(),
         }
+    }
+
+    /// The names of the files the bounds removed since the last call.
+    pub fn take_removed(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.removed)
+    }
+
+    /// The file the core named with `key` (32 hex digits), found by listing the directory.
+    pub fn find(&self, key: &str) -> io::Result<Option<PathBuf>> {
+        if !hermes_mobile::media::is_key(key) {
+            return Ok(None);
+        }
+        let entries = match fs::read_dir(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            entries => entries?,
+        };
+        let found = entries.filter_map(Result::ok).find(|e| {
+            let name = e.file_name();
+            name.to_str().and_then(hermes_mobile::media::key_of_name) == Some(key)
+        });
+        Ok(found.map(|e| e.path()))
+    }
+
+    /// The names of the files under `media/`, for the core at start-up (L63).
+    pub fn names(state_dir: &Path) -> Vec<String> {
+        let Ok(entries) = fs::read_dir(state_dir.join("media")) else {
+            return Vec::new();
+        };
+        entries
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().into_string().ok())
+            .collect()
     }
 
     /// Writes a file as `<ms>-<device>-<sanitized name>` (decisions U6, L26); returns its path.
@@ -165,6 +200,9 @@ impl MediaStore {
                 break;
             }
             fs::remove_file(&path)?;
+            if let Some(name) = path.file_name().and_then(|n| n.to_str()) {
+                self.removed.push(name.to_owned());
+            }
             total -= len;
             count -= 1;
         }
@@ -248,8 +286,12 @@ mod tests {
         assert!(!p.file_name().unwrap().to_str().unwrap().contains('/'));
         for i in 2..=6 {
             store.save(i, "tel-1", "f.bin", b"x").unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(5)); // mtimes apart
         }
         assert_eq!(fs::read_dir(dir.join("media")).unwrap().count(), 3);
+        let removed = store.take_removed();
+        assert_eq!(removed.len(), 3, "{removed:?}");
+        assert!(removed[0].starts_with("1-tel_1-"), "the oldest first: {removed:?}");
         fs::remove_dir_all(dir).unwrap();
     }
 
@@ -267,6 +309,10 @@ mod tests {
         for bad in ["../x", "cat.png", &format!("{}/x", "0".repeat(32))] {
             assert!(store.save_as(bad, b"x").is_err(), "{bad}");
         }
+        assert_eq!(store.find(&name[..32]).unwrap(), Some(path));
+        assert_eq!(store.find(&"f".repeat(32)).unwrap(), None);
+        assert_eq!(store.find("..").unwrap(), None);
+        assert_eq!(MediaStore::names(&dir), [name]);
         fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -57,6 +57,9 @@ pub enum WiringIo {
     LinkClose { peer: PeerId, reason: String },
     /// Save the event's file or voice note; answer with `handle_file_saved(ticket, ..)`.
     SaveFile { ticket: Ticket, event: Box<AgentEvent> },
+    /// Keep a file sent to a device in the media store as `name` (L63); answer with
+    /// `handle_media_saved(name, ..)`.
+    SaveMedia { name: String, data: Vec<u8> },
     /// Read a file the agent names; answer with `handle_file_loaded(ticket, ..)`.
     LoadFile {
         ticket: Ticket,
@@ -88,6 +91,7 @@ impl std::fmt::Debug for WiringIo {
             WiringIo::LinkWrite { peer, line } => write!(f, "LinkWrite({}, {} bytes)", peer.0, line.len()),
             WiringIo::LinkClose { peer, reason } => write!(f, "LinkClose({}, {reason:?})", peer.0),
             WiringIo::SaveFile { ticket, .. } => write!(f, "SaveFile({ticket})"),
+            WiringIo::SaveMedia { name, data } => write!(f, "SaveMedia({name:?}, {} bytes)", data.len()),
             WiringIo::LoadFile { ticket, path, .. } => write!(f, "LoadFile({ticket}, {path:?})"),
             WiringIo::Persist { path, contents } | WiringIo::PersistLatest { path, contents } => {
                 write!(f, "Persist({path:?}, {} bytes)", contents.len())
@@ -240,6 +244,22 @@ impl Wiring {
         }
     }
 
+    /// A `SaveMedia` is done (`saved`: the file is in the media store, L63).
+    pub fn handle_media_saved(&mut self, name: &str, saved: bool) {
+        if saved {
+            self.core.handle_media_saved(name);
+        } else {
+            self.core.handle_media_failed(name);
+        }
+    }
+
+    /// L26's bounds removed these files from the media store.
+    pub fn handle_media_removed(&mut self, names: &[String]) {
+        for name in names {
+            self.core.handle_media_removed(name);
+        }
+    }
+
     /// A `LoadFile` is done.
     pub fn handle_file_loaded(&mut self, now: Time, ticket: Ticket, result: Result<Vec<u8>, LoadError>) {
         let Some(at) = self.loads.iter().position(|(t, _)| *t == ticket) else {
@@ -364,11 +384,7 @@ impl Wiring {
                 }
                 WiringIo::JournalRead { token, read }
             }
-            Output::SaveMedia { name, .. } => {
-                // Not kept yet: the file worker's side of sent files follows (L63).
-                self.core.handle_media_failed(&name);
-                return;
-            }
+            Output::SaveMedia { name, data } => WiringIo::SaveMedia { name, data },
         };
         self.io.push_back(io);
     }
