@@ -23,9 +23,6 @@ impl Server {
                 Done::MediaSaved { name, result } => self.wiring.handle_media_saved(&name, result.is_ok()),
                 Done::MediaRemoved(names) => self.wiring.handle_media_removed(&names),
                 Done::Fetched { .. } => {}
-                Done::MediaSaved { name, result } => self.wiring.handle_media_saved(&name, result.is_ok()),
-                Done::MediaRemoved(names) => self.wiring.handle_media_removed(&names),
-                Done::Fetched { .. } => {}
             }
         }
         self.drive(now);

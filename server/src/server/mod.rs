@@ -232,9 +232,6 @@ impl Server {
         // L63: an item carries `url` only while the media store still holds its file.
         let media = crate::state::MediaStore::names(&config.state_dir);
         core.restore_media(media.iter().map(String::as_str));
-        // L63: an item carries `url` only while the media store still holds its file.
-        let media = crate::state::MediaStore::names(&config.state_dir);
-        core.restore_media(media.iter().map(String::as_str));
         if let Some(json) = subscriptions {
             let count = core.restore_push(&json).map_err(|e| {
                 invalid(format!(
