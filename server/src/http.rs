@@ -23,10 +23,42 @@ pub enum Route {
     },
     /// `GET /healthz`.
     Health,
+    /// `GET /files/…`: a kept file, for its own device's token (L63).
+    File(FileRequest),
     /// `GET` or `HEAD` of any other path: the web client's files, or 404 (issue 10).
     Asset(crate::web::AssetRequest),
     /// Anything else: a complete response to send before closing.
     Reply(Vec<u8>),
+}
+
+/// A request of the `/files/` route (L63).
+#[derive(Clone, PartialEq, Eq)]
+pub struct FileRequest {
+    /// The path, without its query.
+    pub path: String,
+    /// The `Authorization: Bearer` token, if any: never logged.
+    pub token: Option<String>,
+    /// The client's address as a local proxy reported it (L52: whose failures count).
+    pub client: Option<std::net::IpAddr>,
+}
+
+impl std::fmt::Debug for FileRequest {
+    /// Without the token (H1: a token never reaches a log).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileRequest")
+            .field("path", &self.path)
+            .field("token", &self.token.as_ref().map(|_| "…"))
+            .field("client", &self.client)
+            .finish()
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110
+/// 11.1).
+fn bearer(headers: &[httparse::Header<'_>]) -> Option<String> {
+    let value = std::str::from_utf8(header(headers, "authorization")?).ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_owned())
 }
 
 /// The outcome of looking at the bytes read so far.
@@ -134,6 +166,12 @@ pub fn parse(buf: &[u8]) -> Head {
         ("GET", "/agent") => upgrade(req.headers, true),
         ("GET", "/healthz") => Route::Health,
         (_, "/ws" | "/agent" | "/healthz") if method != "GET" => not_allowed("GET"),
+        ("GET", p) if p.starts_with(hermes_mobile::media::ROUTE) => Route::File(FileRequest {
+            path: path.clone(),
+            token: bearer(req.headers),
+            client: client_address(req.headers),
+        }),
+        (_, p) if p.starts_with(hermes_mobile::media::ROUTE) => not_allowed("GET"),
         ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
             path: path.clone(),
             head_only: method == "HEAD",
@@ -337,6 +375,23 @@ mod tests {
         assert!(matches!(route("HEAD /?x=1 HTTP/1.1\r\nIf-None-Match: \"e\"\r\n\r\n"),
             Route::Asset(a) if a.path == "/" && a.head_only && a.if_none_match.as_deref() == Some("\"e\"")));
         assert!(status(&route("\x01\x02 nonsense\r\n\r\n")).starts_with("HTTP/1.1 400"));
+    }
+
+    #[test]
+    fn a_file_request_takes_its_bearer_token_and_never_shows_it() {
+        // L63
+        let req =
+            "GET /files/dGVsLTE/abc?x=1 HTTP/1.1\r\nauthorization: bearer  s3cret \r\nX-Forwarded-For: 1.2.3.4\r\n\r\n";
+        let Route::File(file) = route(req) else { panic!() };
+        assert_eq!(file.path, "/files/dGVsLTE/abc");
+        assert_eq!(file.token.as_deref(), Some("s3cret"));
+        assert_eq!(file.client, Some("1.2.3.4".parse().unwrap()));
+        assert!(!format!("{file:?}").contains("s3cret"));
+        let Route::File(file) = route("GET /files/x HTTP/1.1\r\nAuthorization: Basic eDp5\r\n\r\n") else {
+            panic!()
+        };
+        assert_eq!(file.token, None, "only a bearer token");
+        assert!(status(&route("HEAD /files/x HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405"));
     }
 
     #[test]

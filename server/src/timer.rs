@@ -40,6 +40,9 @@ pub enum ConnTimer {
     /// A plain HTTP response is out: the socket is dropped by now even if the peer keeps
     /// sending.
     Drain,
+    /// A `/files/` answer (L63) is read and written by now, or the socket is dropped; it
+    /// has longer than the hello timeout, since a file takes a slow phone a while.
+    FileAnswer,
 }
 
 /// Every deadline of the server.

@@ -203,7 +203,7 @@ impl Gateway {
         let verdict = authorize(&self.config, token, device.as_str());
         if verdict.as_ref().is_err_and(|r| r.code == ErrorCode::AuthFailed) {
             if let Some(block) = self.throttle.record_failure(source, now) {
-                log::warn!("failed hellos or file requests from one address; refusing it for {block:?} (L52)");
+                log::warn!("failed hellos from one address; refusing it for {block:?} (L52)");
             }
             self.arm_sweep(now);
         }

@@ -92,6 +92,8 @@ fn discard_input(stream: &mut TcpStream) -> io::Result<Discarded> {
 pub enum Phase {
     /// Reading the request head.
     Http { stream: TcpStream, head: Vec<u8> },
+    /// The head is read and its answer waits for a file the file worker reads (L63).
+    Answer(TcpStream),
     /// Writing a response; then either upgrading or closing.
     Respond {
         stream: TcpStream,
@@ -217,13 +219,21 @@ impl Conn {
     /// upgrade.
     pub fn respond(&mut self, out: Vec<u8>, upgrade: Option<Upgrade>) {
         let phase = std::mem::replace(&mut self.phase, Phase::Dead);
-        if let Phase::Http { stream, .. } = phase {
+        if let Phase::Http { stream, .. } | Phase::Answer(stream) = phase {
             self.phase = Phase::Respond {
                 stream,
                 out,
                 written: 0,
                 upgrade,
             };
+        }
+    }
+
+    /// The request head is read; its answer comes later ([`Conn::respond`]).
+    pub fn await_answer(&mut self) {
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        if let Phase::Http { stream, .. } = phase {
+            self.phase = Phase::Answer(stream);
         }
     }
 
@@ -341,7 +351,10 @@ impl Conn {
 
     pub fn stream_mut(&mut self) -> Option<&mut TcpStream> {
         match &mut self.phase {
-            Phase::Http { stream, .. } | Phase::Respond { stream, .. } | Phase::Drain(stream) => Some(stream),
+            Phase::Http { stream, .. }
+            | Phase::Answer(stream)
+            | Phase::Respond { stream, .. }
+            | Phase::Drain(stream) => Some(stream),
             Phase::Ws(ws) => Some(ws.get_mut().stream_mut()),
             Phase::Dead => None,
         }

@@ -22,7 +22,7 @@ use crate::timer::{ConnTimer, TimerKey};
 /// Whose failed hellos a connection's count with (L52): the peer's address, or, behind a
 /// local proxy, the client address the proxy reported (a remote peer's own claim is not
 /// taken).
-fn request_source(peer: SocketAddr, client: Option<std::net::IpAddr>) -> SourceKey {
+pub(super) fn request_source(peer: SocketAddr, client: Option<std::net::IpAddr>) -> SourceKey {
     match (crate::conn::source_of(peer), client) {
         (None, Some(client)) => SourceKey::of(client),
         _ => SourceKey::of(peer.ip()),
@@ -120,6 +120,8 @@ impl Server {
         match conn.phase() {
             Phase::Http { .. } => self.on_http(key, now),
             Phase::Respond { .. } => self.on_respond(key, now),
+            // Its answer waits for the file worker; what the peer sends meanwhile waits too.
+            Phase::Answer(_) => {}
             Phase::Ws(_) => self.on_ws(key, now),
             Phase::Drain(_) => match conn.drain() {
                 Discarded::Closed => self.kill(key, "http response sent"),
@@ -171,6 +173,10 @@ impl Server {
                 }),
             ),
             Route::Health => (self.health_response(), None),
+            Route::File(req) => match self.ask_file(key, req, now) {
+                Some(out) => (out, None),
+                None => return, // answered once the file worker has read it
+            },
             Route::Asset(req) => match &self.config.web {
                 Some(web) => (web.respond(&req), None),
                 None => (

@@ -27,6 +27,7 @@ use crate::wheel::Wheel;
 use crate::wiring::Wiring;
 
 mod carry_out;
+mod files;
 mod http_side;
 mod journal_io;
 mod link;
@@ -95,6 +96,8 @@ pub struct Server {
     journal: Option<journal_io::JournalIo>,
     /// `"ok"`, or why there is no journal (`/healthz`).
     journal_status: String,
+    /// `/files/` answers being read or written (L63).
+    file_answers: files::FileAnswers,
 }
 
 /// A link input to read again next turn.
@@ -267,6 +270,7 @@ impl Server {
             stop_requested: false,
             journal: opening.io,
             journal_status: opening.status,
+            file_answers: Default::default(),
         })
     }
 

@@ -58,7 +58,13 @@ impl Server {
             ConnTimer::Head if matches!(conn.phase(), Phase::Http { .. }) => {
                 self.kill(at.key, "no complete request head in time (L54)")
             }
-            ConnTimer::Hello if in_http => self.kill(at.key, "no complete request within the hello timeout"),
+            // A file's answer (L63) has its own, longer deadline.
+            ConnTimer::Hello if in_http && !self.file_answers.has(at) => {
+                self.kill(at.key, "no complete request within the hello timeout")
+            }
+            ConnTimer::FileAnswer if matches!(conn.phase(), Phase::Answer(_) | Phase::Respond { .. }) => {
+                self.kill(at.key, "the file's answer was not out in time")
+            }
             ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
                 self.kill(at.key, "no agent hello within the hello timeout")
             }

@@ -260,6 +260,18 @@ impl Wiring {
         }
     }
 
+    /// The `/files/` route's credential check (L63): a failure counts against the address
+    /// as a failed `hello` does (L52).
+    pub fn authorize_file(
+        &mut self,
+        now: Time,
+        source: hermes_mobile::throttle::SourceKey,
+        token: &str,
+        device: &DeviceId,
+    ) -> Result<(), hermes_mobile::media::FileRefusal> {
+        self.core.authorize_file(now, source, token, device)
+    }
+
     /// A `LoadFile` is done.
     pub fn handle_file_loaded(&mut self, now: Time, ticket: Ticket, result: Result<Vec<u8>, LoadError>) {
         let Some(at) = self.loads.iter().position(|(t, _)| *t == ticket) else {
