@@ -682,9 +682,47 @@ function showMedia(m, d, markdown) {
   m.dataset.final = 'true';
 }
 
+// Files of the gateway's fetched at once: it answers at most four at a time (L63), and a
+// page of history may name dozens of images.
+const GATEWAY_FETCHES = 2;
+let gatewayFetching = 0;
+const gatewayWaiting = [];
+
+// `url` (a path on this gateway) fetched with the token; the bytes as a Blob.
+async function fetchGatewayFile(url) {
+  if (gatewayFetching >= GATEWAY_FETCHES) await new Promise((go) => gatewayWaiting.push(go));
+  gatewayFetching++;
+  try {
+    const r = await fetch(url, { headers: { Authorization: `Bearer ${client.opts.token}` }, cache: 'no-store' });
+    if (!r.ok) throw new Error(`the gateway answered ${r.status}`);
+    return await r.blob();
+  } finally {
+    gatewayFetching--;
+    gatewayWaiting.shift()?.();
+  }
+}
+
 // A file the gateway keeps for this device (a journal item's `url`, a path on the gateway):
-// fetched with the token when clicked, then saved like any download.
+// a raster image is fetched with the token and shown; anything else is fetched when its
+// link is clicked, then saved like any download.
 function gatewayFile(d, name, owner) {
+  const mime = (d.mime || '').toLowerCase().split(';')[0].trim();
+  if ((d.kind === 'image' || d.kind === 'animation') && SAFE_IMAGE.test(mime)) {
+    const img = el('img', 'media-image');
+    img.alt = name;
+    fetchGatewayFile(d.url).then(
+      (blob) => {
+        if (!owner.isConnected) return; // its bubble was dropped meanwhile: no URL to leak
+        keepBottom(false, () => (img.src = blobUrl(new Blob([blob], { type: mime }), owner)));
+      },
+      () => img.replaceWith(gatewayLink(d, name, owner)),
+    );
+    return img;
+  }
+  return gatewayLink(d, name, owner);
+}
+
+function gatewayLink(d, name, owner) {
   const a = el('a', 'media-download');
   a.href = '#';
   a.append(icon('file'), el('span', 'media-name', name), el('span', 'media-size', d.size ? fmtSize(d.size) : ''));
@@ -692,9 +730,7 @@ function gatewayFile(d, name, owner) {
     if (a.download) return; // fetched: the link is the file now
     e.preventDefault();
     try {
-      const r = await fetch(d.url, { headers: { Authorization: `Bearer ${client.opts.token}` } });
-      if (!r.ok) throw new Error(`the gateway answered ${r.status}`);
-      a.href = blobUrl(new Blob([await r.blob()], { type: 'application/octet-stream' }), owner);
+      a.href = blobUrl(new Blob([await fetchGatewayFile(d.url)], { type: 'application/octet-stream' }), owner);
       a.download = name;
       a.click();
     } catch (err) {

@@ -319,7 +319,8 @@ export interface ServerMedia {
    */
   size: number;
   data?: Base64;
-  url?: string;
+  /** A replayed file whose bytes are no longer held (no data) carries where the gateway still keeps them (L58, L63). */
+  url?: FileUrl;
   reply_to?: Id;
   /** The file's seq, once it is in the journal (L57). */
   seq?: Seq;
@@ -482,6 +483,7 @@ export interface HistoryUserAudio {
   size: number;
   /** Text recognized on the device, if it sent any. */
   text?: Text;
+  url?: FileUrl;
   seq: Seq;
 }
 
@@ -500,8 +502,7 @@ export interface HistoryUserMedia {
    */
   size: number;
   caption?: Text;
-  /** Where the gateway still keeps the bytes (a /files/... path on the gateway): fetch it with Authorization: Bearer <the device's token>. Absent once they are gone. */
-  url?: string;
+  url?: FileUrl;
   seq: Seq;
 }
 
@@ -520,8 +521,7 @@ export interface HistoryMedia {
    */
   size: number;
   caption?: Text;
-  /** Where the gateway still keeps the bytes (a /files/... path on the gateway): fetch it with Authorization: Bearer <the device's token>. Absent once they are gone. */
-  url?: string;
+  url?: FileUrl;
   seq: Seq;
   reply_to?: Id;
 }
@@ -597,6 +597,12 @@ export type PromptKind = "exec_approval" | "slash_confirm" | "clarify";
 export type AvatarState = "idle" | "thinking" | "speaking";
 
 export type ErrorCode = "bad_frame" | "auth_failed" | "forbidden" | "unsupported_frame" | "too_big" | "device_offline" | "auth_required" | "internal_error";
+
+/**
+ * Where the gateway still keeps a file's bytes (L63): a path on the gateway, /files/<the device id in unpadded base64url>/<key>. Fetch it with Authorization: Bearer <the device's token>; any other credential gets 401, 403 or 404. Absent once the bytes are gone.
+ * @pattern ^/files/[A-Za-z0-9_-]+/[0-9a-f]{32}$
+ */
+export type FileUrl = string;
 
 /**
  * A file name: at most 200 characters (G8).

@@ -123,8 +123,10 @@ def test_a_new_profile_with_the_same_device_id_shows_the_conversation(make_app, 
         waiting = p.locator('.card:has(.card-command:text-is("ls /srv"))')
         expect(waiting).to_have_attribute("data-state", "open")
         expect(p.locator(".card")).to_have_count(2)
-        # The image's bytes are not in `history`: what it was, not the picture.
-        expect(p.locator(".msg.has-media .media-gone")).to_have_count(1)
+        # The image's bytes are not in `history`, its url is: fetched with the token (L63).
+        expect(p.locator(".msg.has-media img.media-image")).to_have_count(1)
+        p.wait_for_function("() => document.querySelector('.msg.has-media img.media-image')?.naturalWidth > 0")
+        expect(p.locator(".msg.has-media .media-gone")).to_have_count(0)
         # Nothing twice, in the journal's order, and the user's own messages confirmed.
         p.wait_for_timeout(1000)
         expect(p.locator(ITEMS)).to_have_count(11)
