@@ -71,19 +71,40 @@ fn send(out: &mut impl Write, lines: &[Value]) -> std::io::Result<()> {
     out.flush()
 }
 
+/// How long a redelivered message waits for the agents before this one to finish.
+const ORPHAN_WAIT: Duration = Duration::from_secs(5);
+
 /// Whether the log (every agent's of this run) says `id` was got, and a reply of it written.
+///
+/// The agent of a SIGKILLed gateway may still be reading what was in its pipe while the
+/// next gateway hands the same message over again (a start takes ~10 ms); as one agent's
+/// memory, the log is read once every earlier agent has logged its `eof`.
 fn remembered(path: &str, id: &str) -> (bool, bool) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let (mut got, mut wrote) = (false, false);
-    for line in text.lines() {
-        let w: Vec<&str> = line.split(' ').collect();
-        match (w.get(2), w.get(3)) {
-            (Some(&"got"), Some(&i)) if i == id => got = true,
-            (Some(&"wrote"), Some(&i)) if i == id => wrote = true,
-            _ => {}
+    let me = std::process::id().to_string();
+    let deadline = std::time::Instant::now() + ORPHAN_WAIT;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let (mut got, mut wrote) = (false, false);
+        let mut running = std::collections::HashSet::new();
+        for line in text.lines() {
+            let w: Vec<&str> = line.split(' ').collect();
+            match (w.get(1), w.get(2), w.get(3)) {
+                (Some(&pid), Some(&"start"), _) if pid != me => {
+                    running.insert(pid);
+                }
+                (Some(&pid), Some(&"eof"), _) => {
+                    running.remove(pid);
+                }
+                (_, Some(&"got"), Some(&i)) if i == id => got = true,
+                (_, Some(&"wrote"), Some(&i)) if i == id => wrote = true,
+                _ => {}
+            }
         }
+        if running.is_empty() || std::time::Instant::now() >= deadline {
+            return (got, wrote);
+        }
+        std::thread::sleep(Duration::from_millis(10));
     }
-    (got, wrote)
 }
 
 pub fn run(path: &str, seed: u64) -> ! {
