@@ -148,9 +148,4 @@ impl Gateway {
             .filter(|key| self.file_kept(device, key))
             .map(|key| media::url(device, key));
     }
-
-    /// Files known to be in the media store (`/healthz`).
-    pub fn media_kept(&self) -> usize {
-        self.media.kept.len()
-    }
 }
