@@ -145,6 +145,12 @@ impl Kept {
         self.keys.contains(key)
     }
 
+    /// Forgets every file of `device` (`forget`).
+    pub fn remove_for(&mut self, device: &DeviceId) {
+        self.keys.retain(|k| !key_is_for(k, device));
+        self.order.retain(|k| !key_is_for(k, device));
+    }
+
     pub fn len(&self) -> usize {
         self.keys.len()
     }

@@ -211,3 +211,24 @@ fn only_the_device_s_own_credential_may_fetch_and_failures_count_as_failed_hello
     let elsewhere = SourceKey::of("198.51.100.1".parse().unwrap());
     assert_eq!(h.gw.authorize_file(now, elsewhere, TOKEN, &tel1), Ok(()));
 }
+
+#[test]
+fn forget_deletes_the_device_s_files_and_no_other_s() {
+    // Issue 24 §3: forget deletes the device's "files in the media store" (L60).
+    let mut h = Harness::with_journal(config());
+    let phone = h.connect("tel-1");
+    let other = h.connect("tel-3");
+    h.agent(send_file("tel-1", "mine.png", b"mine"));
+    h.agent(send_file("tel-3", "theirs.png", b"theirs"));
+    assert_eq!(h.media.len(), 2);
+    h.send(phone, json!({"t":"forget","id":"f1"}));
+    assert_eq!(only(h.take(phone), "forgotten").len(), 1);
+    let left: Vec<&String> = h.media.keys().collect();
+    assert_eq!(left.len(), 1, "{left:?}");
+    assert!(left[0].contains("-tel-3-"), "{left:?}");
+    let theirs = history(&mut h, other);
+    assert!(
+        theirs.iter().any(|i| i.get("url").is_some()),
+        "the other device keeps its url"
+    );
+}

@@ -267,6 +267,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 Output::Journal(record) => journal.apply(record),
                 Output::JournalRead { token, read } => reads.push((token, journal.read(&read))),
                 Output::SaveMedia { name, .. } => gw.handle_media_saved(&name),
+                Output::DeleteMedia { .. } => {}
             }
             // Reads are answered after the outputs before them, as the store's thread does.
             for (token, result) in reads.drain(..) {

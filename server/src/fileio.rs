@@ -13,7 +13,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use hermes_mobile::AgentEvent;
+use hermes_mobile::{AgentEvent, DeviceId};
 use mio::Waker;
 
 use crate::agent::io::LoadError;
@@ -33,6 +33,9 @@ enum Job {
     },
     /// Keep a file sent to a device in the media store under the core's name (L63).
     SaveMedia { name: String, data: Vec<u8> },
+    /// Delete every file of the device from the media store (`forget`); the names go back
+    /// as `Done::MediaRemoved`.
+    DeleteMedia { device: DeviceId },
     /// Read the media store's file `key` (32 hex digits, checked) for the `/files/` route.
     Fetch { ticket: Ticket, key: String },
     /// Replace a small file atomically (an HTTP agent's conversation); nothing to report.
@@ -125,6 +128,11 @@ impl FileWorker {
         self.submit(Job::Save { ticket, event });
     }
 
+    /// Deletes the device's files from the media store (`forget`, L60).
+    pub fn delete_media(&mut self, device: DeviceId) {
+        self.submit(Job::DeleteMedia { device });
+    }
+
     /// Reads a file; `Done::Loaded` carries `ticket` (the caller's).
     pub fn load(&mut self, ticket: Ticket, path: PathBuf, limit: usize) {
         self.submit(Job::Load { ticket, path, limit });
@@ -193,6 +201,12 @@ fn run(store: &mut MediaStore, job: Job) -> Option<Done> {
                 log::warn!("could not keep a sent file in the media store: {e}");
             }
             Done::MediaSaved { name, result }
+        }
+        Job::DeleteMedia { device } => {
+            if let Err(e) = store.delete_for(&device) {
+                log::warn!("could not delete the files of device {device:?} (forget): {e}");
+            }
+            return None;
         }
         Job::Fetch { ticket, key } => Done::Fetched {
             ticket,

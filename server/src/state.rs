@@ -106,6 +106,28 @@ impl MediaStore {
         Ok(found.map(|e| e.path()))
     }
 
+    /// Deletes every file of `device` (`forget`, L60): each whose key the core gave for
+    /// it. Files of other devices and files the core did not name stay.
+    pub fn delete_for(&mut self, device: &hermes_mobile::DeviceId) -> io::Result<()> {
+        let entries = match fs::read_dir(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            entries => entries?,
+        };
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let mine = hermes_mobile::media::key_of_name(&name)
+                .is_some_and(|key| hermes_mobile::media::key_is_for(key, device));
+            if mine {
+                fs::remove_file(entry.path())?;
+                self.removed.push(name);
+            }
+        }
+        self.totals = None; // listed again at the next save
+        Ok(())
+    }
+
     /// The names of the files under `media/`, for the core at start-up (L63).
     pub fn names(state_dir: &Path) -> Vec<String> {
         let Ok(entries) = fs::read_dir(state_dir.join("media")) else {

@@ -130,6 +130,30 @@ fn a_file_gone_from_the_disk_is_404_and_failed_tokens_are_throttled() {
     assert!(head.contains("\r\nRetry-After: "), "{head}");
 }
 
+#[test]
+fn forget_deletes_the_device_files_from_the_media_store_and_no_other() {
+    // Issue 24 §3: forget deletes "its files in the media store".
+    let server = Server::start(&[]);
+    let mut other = Client::hello(&server, "tel-9");
+    let b64 = hermes_mobile::base64::encode(b"someone else's");
+    other.send(json!({"t":"media","id":"o-1","kind":"document","filename":"keep.txt","part":0,"parts":1,"data":b64}));
+    other.until("media");
+    let (mut phone, files) = upload_and_read_history(&server, b"\x89PNG mine");
+    let url = files[0]["url"].as_str().unwrap().to_owned();
+    let media = server.state_dir.join("media");
+    let count = || std::fs::read_dir(&media).unwrap().count();
+    assert_eq!(count(), 4, "two files each");
+    phone.send(json!({"t":"forget","id":"f1"}));
+    phone.until("forgotten");
+    wait_until("tel-1's files deleted", Duration::from_secs(5), || count() == 2);
+    assert_eq!(get(&server, &url, &bearer(TOKEN)).0, 404);
+    let names: Vec<String> = std::fs::read_dir(&media)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(names.iter().all(|n| n.contains("-tel-9-")), "{names:?}");
+}
+
 fn base64url(s: &str) -> String {
     use base64::Engine;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s)

@@ -112,6 +112,12 @@ impl Gateway {
         }
     }
 
+    /// `forget`: the device's files leave the media store, and no item names them again.
+    pub(super) fn forget_media(&mut self, device: &DeviceId) {
+        self.media.kept.remove_for(device);
+        self.outputs.push_back(Output::DeleteMedia { device: device.clone() });
+    }
+
     /// Whether the media store still has the file `key` of `device`.
     pub fn file_kept(&self, device: &DeviceId, key: &str) -> bool {
         media::key_is_for(key, device) && self.media.kept.contains(key)

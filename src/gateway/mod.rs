@@ -80,6 +80,9 @@ pub enum Output {
     /// Keep a file sent to a device in the media store as `name` (L63); answer with
     /// [`Gateway::handle_media_saved`] or [`Gateway::handle_media_failed`].
     SaveMedia { name: String, data: Vec<u8> },
+    /// Delete every file of this device from the media store (`forget`, L60): those whose
+    /// key begins with the device's digest ([`crate::media::key_is_for`]).
+    DeleteMedia { device: DeviceId },
 }
 
 /// Counters for health checks, tests and memory accounting.

@@ -375,7 +375,8 @@ impl Gateway {
         if self.push.unsubscribe(device) {
             self.outputs.push_back(super::Output::PushChanged);
         }
-        log::info!("device {device:?}: forgot its journal, hold and push subscriptions (forget)");
+        self.forget_media(device);
+        log::info!("device {device:?}: forgot its journal, hold, files and push subscriptions (forget)");
         if !self.journal_on() {
             let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
             return self.send(conn, frame);

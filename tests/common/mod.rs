@@ -192,6 +192,10 @@ impl Harness {
                     self.gw.handle_journal_read(self.now, token, Ok(result));
                 }
                 Output::SaveMedia { name, data } => self.save_media(name, data),
+                Output::DeleteMedia { device } => self.media.retain(|name, _| {
+                    !hermes_mobile::media::key_of_name(name)
+                        .is_some_and(|k| hermes_mobile::media::key_is_for(k, &device))
+                }),
             }
         }
         while let Some(e) = self.gw.poll_event() {

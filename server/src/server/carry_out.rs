@@ -52,6 +52,7 @@ impl Server {
             WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),
             WiringIo::SaveFile { ticket, event } => self.files.save(ticket, event),
             WiringIo::SaveMedia { name, data } => self.files.save_media(name, data),
+            WiringIo::DeleteMedia { device } => self.files.delete_media(device),
             WiringIo::LoadFile { ticket, path, limit } => self.files.load(ticket, path, limit),
             WiringIo::Persist { path, contents } => self.files.persist(path, contents),
             WiringIo::PersistLatest { path, contents } => self.files.persist_latest(path, contents),

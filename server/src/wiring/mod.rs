@@ -60,6 +60,9 @@ pub enum WiringIo {
     /// Keep a file sent to a device in the media store as `name` (L63); answer with
     /// `handle_media_saved(name, ..)`.
     SaveMedia { name: String, data: Vec<u8> },
+    /// Delete the device's files from the media store (`forget`); the removed names come
+    /// back as `handle_media_removed`.
+    DeleteMedia { device: DeviceId },
     /// Read a file the agent names; answer with `handle_file_loaded(ticket, ..)`.
     LoadFile {
         ticket: Ticket,
@@ -92,6 +95,7 @@ impl std::fmt::Debug for WiringIo {
             WiringIo::LinkClose { peer, reason } => write!(f, "LinkClose({}, {reason:?})", peer.0),
             WiringIo::SaveFile { ticket, .. } => write!(f, "SaveFile({ticket})"),
             WiringIo::SaveMedia { name, data } => write!(f, "SaveMedia({name:?}, {} bytes)", data.len()),
+            WiringIo::DeleteMedia { device } => write!(f, "DeleteMedia({device:?})"),
             WiringIo::LoadFile { ticket, path, .. } => write!(f, "LoadFile({ticket}, {path:?})"),
             WiringIo::Persist { path, contents } | WiringIo::PersistLatest { path, contents } => {
                 write!(f, "Persist({path:?}, {} bytes)", contents.len())
@@ -397,6 +401,7 @@ impl Wiring {
                 WiringIo::JournalRead { token, read }
             }
             Output::SaveMedia { name, data } => WiringIo::SaveMedia { name, data },
+            Output::DeleteMedia { device } => WiringIo::DeleteMedia { device },
         };
         self.io.push_back(io);
     }
