@@ -5,8 +5,9 @@
 //! It never parses an entry's body.
 //!
 //! - [`Store::open`] runs before the event loop: it makes the file private (0600), refuses
-//!   a journal from a newer build without touching it, moves a damaged one aside, migrates,
-//!   trims, and reads the [`Snapshot`] the core restores from.
+//!   a journal from a newer build without touching it, checks it if the last run did not
+//!   stop cleanly and moves a damaged one aside, migrates, trims, and reads the
+//!   [`Snapshot`] the core restores from.
 //! - [`Store::start`] hands the connection to one thread, `journal`, as the file worker
 //!   does with file writes: the loop sends batches and reads, and drains [`Done`] values
 //!   with [`JournalWorker::poll`] after the `mio::Waker` fires. The loop never waits on disk.
@@ -21,6 +22,7 @@
 //! the [`Clock`] given at open.
 
 mod bounds;
+mod marks;
 mod open;
 mod rows;
 mod schema;
@@ -30,6 +32,8 @@ mod worker;
 mod tests;
 #[cfg(test)]
 mod tests_bounds;
+#[cfg(test)]
+mod tests_marks;
 #[cfg(test)]
 mod tests_owed;
 

@@ -19,6 +19,7 @@ use mio::Waker;
 use rusqlite::Connection;
 
 use super::bounds::Bounds;
+use super::marks::{self, Mark};
 use super::open::size;
 use super::{now_unix_ms, rows, Clock, Store};
 
@@ -71,6 +72,7 @@ impl Store {
             waker: waker.clone(),
             bytes: bytes.clone(),
             logged: HashSet::new(),
+            damaged: false,
         };
         let thread = std::thread::Builder::new()
             .name("journal".into())
@@ -178,40 +180,70 @@ struct Thread {
     bytes: Arc<AtomicU64>,
     /// Kinds of failure already logged: a full disk fails every batch, and one line says it.
     logged: HashSet<String>,
+    /// SQLite reported the file damaged ([`marks`]).
+    damaged: bool,
 }
 
 impl Thread {
     fn run(mut self, jobs: Receiver<Job>) {
         loop {
-            let job = match self.deadline() {
-                None => match jobs.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
-                Some(deadline) => match jobs.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-                    Ok(job) => job,
-                    Err(RecvTimeoutError::Timeout) => {
-                        self.commit();
-                        continue;
-                    }
-                    Err(RecvTimeoutError::Disconnected) => break,
-                },
+            let wait = self.deadline().saturating_duration_since(Instant::now());
+            let job = match jobs.recv_timeout(wait) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    self.on_deadline();
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
             };
             match job {
                 Job::Write(records) => self.write(&records),
                 Job::Read { token, read } => self.read(token, &read),
             }
-            if self.deadline().is_some_and(|deadline| Instant::now() >= deadline) {
+            let now = Instant::now();
+            if self.open.is_some() && now >= self.deadline_from(now) {
                 self.commit();
             }
         }
-        self.commit();
+        self.stop();
     }
 
-    /// When the open transaction commits: one interval after the previous commit began.
-    fn deadline(&self) -> Option<Instant> {
-        self.open.as_ref()?;
-        Some(self.last_commit.map_or_else(Instant::now, |last| last + self.interval))
+    /// When the open transaction commits (one interval after the previous commit began),
+    /// or, with none open, when an idle pass of the bounds is due.
+    fn deadline(&self) -> Instant {
+        self.deadline_from(Instant::now())
+    }
+
+    /// [`Self::deadline`], where "at once" is `now`.
+    fn deadline_from(&self, now: Instant) -> Instant {
+        match self.open {
+            Some(_) => self.last_commit.map_or(now, |last| last + self.interval),
+            None => self.bounds.idle_pass_at(),
+        }
+    }
+
+    fn on_deadline(&mut self) {
+        if self.open.is_some() {
+            self.commit();
+        } else {
+            self.trim(Instant::now());
+            self.bytes.store(size(&self.path), Ordering::Relaxed);
+        }
+    }
+
+    /// The last commit, then the mark the next open reads: `clean` once every record is
+    /// committed, `damaged` (again: the first may have gone with a rolled-back transaction)
+    /// after a run that met a damaged page, none after a failed last commit.
+    fn stop(&mut self) {
+        let committed = self.commit();
+        let mark = match (self.damaged, committed) {
+            (true, _) => Mark::Damaged,
+            (false, true) => Mark::Clean,
+            (false, false) => return,
+        };
+        if let Err(e) = marks::mark(&self.conn, mark) {
+            self.log_once("marking the stop", &e);
+        }
     }
 
     /// Applies a batch inside the open transaction (beginning one if needed). On the first
@@ -242,6 +274,7 @@ impl Thread {
     fn read(&mut self, token: u64, read: &Read) {
         let result = rows::read(&self.conn, read, self.clock);
         if let Err(e) = &result {
+            self.note_damage(e);
             // An I/O error or a full disk may have rolled the open transaction back under
             // us: its records are lost, and the core must hear it.
             if self.open.is_some() && self.conn.is_autocommit() {
@@ -253,15 +286,17 @@ impl Thread {
         self.report(Done::Read { token, result });
     }
 
-    fn commit(&mut self) {
+    /// Commits the open transaction, if any; false if that failed.
+    fn commit(&mut self) -> bool {
         let Some(open) = self.open.take() else {
-            return;
+            return true;
         };
         let now = Instant::now();
         self.last_commit = Some(now);
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             self.rollback();
-            return self.fail(open.ticket, "commit", &e);
+            self.fail(open.ticket, "commit", &e);
+            return false;
         }
         if let Some(ticket) = open.ticket {
             self.report(Done::Committed { ticket });
@@ -270,6 +305,7 @@ impl Thread {
             self.trim(now);
         }
         self.bytes.store(size(&self.path), Ordering::Relaxed);
+        true
     }
 
     /// A bounds pass in a transaction of its own.
@@ -280,6 +316,7 @@ impl Thread {
         });
         if let Err(e) = result {
             self.log_once("trimming", &e);
+            self.note_damage(&e);
         }
     }
 
@@ -294,6 +331,7 @@ impl Thread {
 
     fn fail(&mut self, ticket: Option<u64>, what: &str, e: &rusqlite::Error) {
         self.log_once(what, e);
+        self.note_damage(e);
         self.report(Done::WriteFailed {
             ticket,
             error: format!("journal {what} failed: {e}"),
@@ -304,6 +342,24 @@ impl Thread {
         let kind = format!("{what}: {:?}", e.sqlite_error_code());
         if self.logged.insert(kind) {
             log::warn!("journal: {what} failed: {e} (not logged again for this kind of failure)");
+        }
+    }
+
+    /// A damaged file, as SQLite reports it when a statement meets a bad page: said once,
+    /// and marked at once, so that the next open checks the whole file and moves it aside
+    /// if it fails, even if this run ends with a SIGKILL. The batch it failed was reported
+    /// as any failed write is: nothing it held was acknowledged.
+    fn note_damage(&mut self, e: &rusqlite::Error) {
+        if self.damaged || !marks::is_damage(e) {
+            return;
+        }
+        self.damaged = true;
+        log::error!(
+            "journal: SQLite found the file damaged ({e}); the gateway goes on, and the next start \
+             checks the whole file and moves it aside if it is"
+        );
+        if let Err(e) = marks::mark(&self.conn, Mark::Damaged) {
+            self.log_once("marking the journal damaged", &e);
         }
     }
 
