@@ -15,6 +15,8 @@ use crate::journal::{Clock, Done, JournalSettings, JournalWorker, Opened, Store}
 
 /// The journal file's name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.sqlite3";
+/// `/healthz`'s `journal` while writes fail, before the kind of failure.
+const WRITES_FAILING: &str = "writes failing: ";
 
 /// The store's thread.
 pub(super) struct JournalIo {
@@ -119,7 +121,13 @@ impl Server {
                 return;
             };
             match done {
-                Done::Committed { ticket } => self.wiring.handle_journal_committed(t, ticket),
+                Done::Committed { ticket } => {
+                    if self.journal_status.starts_with(WRITES_FAILING) {
+                        log::info!("journal: writes work again");
+                        self.journal_status = "ok".into();
+                    }
+                    self.wiring.handle_journal_committed(t, ticket)
+                }
                 Done::WriteFailed { ticket, error } => {
                     self.log_journal_failure(&error);
                     if let Some(ticket) = ticket {
@@ -131,10 +139,13 @@ impl Server {
         }
     }
 
+    /// Records a failed write: logged once per kind, and shown in `/healthz`.
     fn log_journal_failure(&mut self, error: &str) {
         let Some(j) = self.journal.as_mut() else { return };
         // The kind: SQLite's words before any detail, so a full disk is logged once.
         let kind: String = error.split([':', '(']).next().unwrap_or(error).trim().to_owned();
+        // `/healthz` says so until a commit works again: an owner sees a full disk.
+        self.journal_status = format!("{WRITES_FAILING}{kind}");
         if j.failures_logged.insert(kind) {
             log::error!(
                 "journal: a write failed ({error}); the gateway goes on, and confirms nothing it could not keep"
