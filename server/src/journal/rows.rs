@@ -126,18 +126,22 @@ pub(super) fn apply(conn: &Connection, record: &Record, clock: Clock, now: u64) 
     }
 }
 
-/// Owes an event; owing its key again replaces the row with a new one at the end (REPLACE
-/// deletes the old row and the insert takes an `n` above every other).
+/// Owes an event; owing its key again replaces the row and moves it to the end.
 fn owe(conn: &Connection, owed: &Owed, clock: Clock) -> rusqlite::Result<()> {
-    conn.prepare_cached("INSERT OR REPLACE INTO owed (device, key, at, body, blob) VALUES (?1, ?2, ?3, ?4, ?5)")?
-        .execute(params![
-            owed.device.0,
-            owed.key,
-            int(clock.unix_ms(owed.at)),
-            owed.body,
-            owed.blob,
-        ])
-        .map(drop)
+    conn.prepare_cached(
+        "INSERT INTO owed (device, key, n, at, body, blob)
+         VALUES (?1, ?2, (SELECT coalesce(max(n), 0) + 1 FROM owed), ?3, ?4, ?5)
+         ON CONFLICT (device, key) DO UPDATE SET n = excluded.n, at = excluded.at,
+           body = excluded.body, blob = excluded.blob",
+    )?
+    .execute(params![
+        owed.device.0,
+        owed.key,
+        int(clock.unix_ms(owed.at)),
+        owed.body,
+        owed.blob,
+    ])
+    .map(drop)
 }
 
 /// Raises the device's reserved seq (never lowers it) and marks it used now.
