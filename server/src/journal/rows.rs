@@ -144,15 +144,21 @@ fn owe(conn: &Connection, owed: &Owed, clock: Clock) -> rusqlite::Result<()> {
     .map(drop)
 }
 
-/// Raises the device's reserved seq (never lowers it) and marks it used now.
+/// Raises the device's reserved seq (never lowers it) and marks it used now, at most once
+/// a minute: a put within the reservation (the usual case: seqs are reserved in blocks)
+/// then leaves the row, and its page, untouched. `used_at` only ranks devices for the caps.
 fn reserve(conn: &Connection, device: &DeviceId, upto: u64, now: u64) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO seqs (device, reserved, used_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (device) DO UPDATE SET reserved = max(reserved, excluded.reserved), used_at = excluded.used_at",
+         ON CONFLICT (device) DO UPDATE SET reserved = max(reserved, excluded.reserved), used_at = excluded.used_at
+         WHERE excluded.reserved > reserved OR excluded.used_at >= used_at + ?4",
     )?
-    .execute(params![device.0, int(upto), int(now)])
+    .execute(params![device.0, int(upto), int(now), USED_AT_EVERY_MS])
     .map(drop)
 }
+
+/// How stale a device's `used_at` may get before a put rewrites it.
+const USED_AT_EVERY_MS: i64 = 60_000;
 
 /// Answers a read; both kinds walk the `(device, seq)` index.
 pub(super) fn read(conn: &Connection, read: &Read, clock: Clock) -> rusqlite::Result<ReadResult> {

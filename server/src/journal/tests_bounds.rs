@@ -210,3 +210,58 @@ fn idempotency_rows_older_than_the_window_are_dropped() {
     let ids: Vec<_> = snapshot.dedup.iter().map(|row| row.id.as_str()).collect();
     assert_eq!(ids, ["new"]);
 }
+
+#[test]
+fn a_put_within_the_reservation_leaves_the_seqs_row_alone_for_a_minute() {
+    let dir = Dir::new("used-at");
+    let settings = dir.settings();
+    let (store, _) = open(&settings, clock());
+    let mut rig = Rig::start(store);
+    let mut ticket = 0;
+    let mut put = |rig: &mut Rig, seq: u64| {
+        ticket += 1;
+        rig.worker.write(vec![
+            Record::Put(entry("a", &format!("m:{seq}"), seq)),
+            Record::Confirm { ticket },
+        ]);
+        rig.committed(ticket);
+    };
+    rig.worker.write(vec![
+        Record::Reserve {
+            device: dev("a"),
+            upto: 1000,
+        },
+        Record::Confirm { ticket: 100 },
+    ]);
+    rig.committed(100);
+    let raw = Connection::open(&settings.path).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    let row = || -> (i64, i64) {
+        raw.query_row("SELECT reserved, used_at FROM seqs WHERE device = 'a'", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+    };
+    let set_used_at = |ms_ago: u64| {
+        let at = rows::int(now_unix_ms() - ms_ago);
+        raw.execute("UPDATE seqs SET used_at = ?1 WHERE device = 'a'", [at])
+            .unwrap();
+        at
+    };
+    let recent = set_used_at(30_000);
+    put(&mut rig, 1);
+    assert_eq!(
+        row(),
+        (1000, recent),
+        "within the reservation and the minute: untouched"
+    );
+    set_used_at(61_000);
+    put(&mut rig, 2);
+    let (reserved, used_at) = row();
+    assert_eq!(reserved, 1000);
+    assert!(used_at > recent + 20_000, "rewritten once a minute old");
+    let recent = set_used_at(1_000);
+    put(&mut rig, 1500);
+    assert_eq!(row().0, 1500, "a seq above the reservation raises it");
+    assert!(row().1 > recent);
+}
