@@ -663,6 +663,12 @@ fn history_is_sent_bounded_survives_a_restart_and_new_clears_it() {
             .any(|e| std::fs::read_to_string(e.path()).is_ok_and(|t| t.contains("answer 1")))
     });
     drop(c);
+    // SIGTERM: the journal commits that the agent had message 2. A SIGKILL within ~20 ms of
+    // its hand-over would hand it over again after the restart (L64), answered twice.
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    let mut server = server;
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let _ = server.child.wait();
     drop(server);
 
     // A restart keeps the conversation; its bound (4 messages) holds.

@@ -334,6 +334,8 @@ impl Wiring {
                 }
             }
             while let Some(Parked::Ready(..)) = self.parked.front() {
+                // Handing over may emit records (L64's Handed): another round drains them.
+                progress = true;
                 if let Some(Parked::Ready(event, file)) = self.parked.pop_front() {
                     self.hand_over(t, *event, file);
                 }
