@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use hermes_mobile::{ConnId, Time};
 
+use super::link_transports::PeerHome;
 use super::{split_id, Server};
 use crate::timer::CallRef;
 use crate::wiring::WiringIo;
@@ -47,6 +48,13 @@ impl Server {
                 if let Some(client) = self.http.as_mut() {
                     client.cancel(self.poll.registry(), id);
                 }
+            }
+            // A pipe or socket to the agent: after the phones' frames of this step (`drive`),
+            // in order (see `link_out`). An agent on `/agent` is a WebSocket, queued as now.
+            io @ (WiringIo::LinkWrite { peer, .. } | WiringIo::LinkClose { peer, .. })
+                if !matches!(self.link_transports.home(peer), Some(PeerHome::Ws(..))) =>
+            {
+                self.link_out.push(io)
             }
             WiringIo::LinkWrite { peer, line } => self.write_link_line(peer, line, now),
             WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),

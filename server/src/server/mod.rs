@@ -24,7 +24,7 @@ use crate::http_client::{dns::Resolver, HttpClient, Target};
 use crate::signals::StopSignals;
 use crate::timer::{ConnRef, ConnTimer, TimerKey};
 use crate::wheel::Wheel;
-use crate::wiring::Wiring;
+use crate::wiring::{Wiring, WiringIo};
 
 mod carry_out;
 mod files;
@@ -78,6 +78,10 @@ pub struct Server {
     link_read_again: Vec<LinkRead>,
     /// Scratch for the turn's touched connections (`conn::Turn` keeps the list).
     touched: Vec<usize>,
+    /// Lines for the agent link decided in this step, written once the phones' frames of
+    /// the step are in their sockets: the agent's `ok` for a reply must never leave before
+    /// the reply does, or a SIGKILL in between loses a reply the agent counts as delivered.
+    link_out: Vec<crate::wiring::WiringIo>,
     incoming: Vec<Incoming>,
     due: Vec<TimerKey>,
     /// SIGINT or SIGTERM was acted on: connections are closing; `TimerKey::Shutdown`
@@ -260,6 +264,7 @@ impl Server {
             link_read_again: Vec::new(),
             config,
             touched: Vec::new(),
+            link_out: Vec::new(),
             incoming: Vec::new(),
             due: Vec::new(),
             shutting_down: false,
@@ -382,25 +387,43 @@ impl Server {
         }
     }
 
-    /// Steps the wiring until it is quiet, carrying out what it asks and handing it the
-    /// HTTP client's news, then hands the frames to their connections and arms the wiring's
-    /// deadline. Once per batch of input (and after what a batch decided elsewhere).
-    fn drive(&mut self, now: Instant) {
-        let t = self.time(now);
-        loop {
-            while let Some(io) = self.wiring.poll_io(t) {
-                self.carry_out(io, now);
-            }
-            if !self.upstream_news(t) {
-                break;
-            }
-        }
+    /// Hands the frames queued in this step to their sockets.
+    fn flush_touched(&mut self, now: Instant) {
         let mut touched = std::mem::take(&mut self.touched);
         self.conns.turn().take_touched(&mut touched);
         for key in touched.drain(..) {
             self.flush_conn(key, now);
         }
         self.touched = touched;
+    }
+
+    /// Steps the wiring until it is quiet, carrying out what it asks and handing it the
+    /// HTTP client's news, then hands the frames to their connections and arms the wiring's
+    /// deadline. Once per batch of input (and after what a batch decided elsewhere).
+    fn drive(&mut self, now: Instant) {
+        let t = self.time(now);
+        loop {
+            loop {
+                while let Some(io) = self.wiring.poll_io(t) {
+                    self.carry_out(io, now);
+                }
+                if !self.upstream_news(t) {
+                    break;
+                }
+            }
+            self.flush_touched(now);
+            if self.link_out.is_empty() {
+                break;
+            }
+            for io in std::mem::take(&mut self.link_out) {
+                match io {
+                    WiringIo::LinkWrite { peer, line } => self.write_link_line(peer, line, now),
+                    WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),
+                    other => self.carry_out(other, now),
+                }
+            }
+            self.flush_touched(now); // an agent on `/agent` is a WebSocket too
+        }
         if let Some(at) = self.wiring.poll_timeout().map(|t| self.instant(t)) {
             self.wheel.arm(at, TimerKey::Wiring);
         }
