@@ -494,8 +494,11 @@ async def check_upload(w, phone):
     mark = phone.mark()
     await phone.upload("image", "cat photo.png", data, caption="what is this?")
     media_dir = w.state / "media"
-    saved = await phone.wait_for(lambda: media_dir.exists() and [p for p in media_dir.iterdir()], 20,
-                                 "the gateway to save the upload")
+    # Files the agent sent are kept there too (L63): look for this upload's name.
+    saved = await phone.wait_for(
+        lambda: media_dir.exists() and [p for p in media_dir.iterdir() if p.name.endswith("-cat_photo.png")
+                                        or p.name.endswith("-cat photo.png")], 20,
+        "the gateway to save the upload")
     await model_saw(w, str(saved[0]), f"the saved path {saved[0]}")
     await phone.wait_for(lambda: phone.final_messages_since(mark), TURN, "the answer to the upload")
     return f"the model saw {saved[0]}"
