@@ -91,11 +91,21 @@ pub(super) fn newer_reason(path: &Path, version: u32) -> String {
 }
 
 /// What a new file needs before anything else is written to it, even the switch to WAL:
-/// incremental auto-vacuum, which lets the bounds hand freed pages (sent files' bytes)
+/// its [`PAGE_SIZE`], and incremental auto-vacuum, which lets the bounds hand freed pages (sent files' bytes)
 /// back to the file system. SQLite fixes it when the file's first page is written.
 pub(super) fn prepare_new(conn: &Connection) -> rusqlite::Result<()> {
+    conn.pragma_update(None, "page_size", PAGE_SIZE)?;
     conn.pragma_update(None, "auto_vacuum", "INCREMENTAL")
 }
+
+/// Pages of 2 KiB rather than SQLite's 4 KiB: a text turn rewrites about six b-tree
+/// leaves (the key index twice, the seq index, the table, `dedup`, `owed`), each a whole
+/// page in the WAL, so the page is what a turn writes to the SD card. 2 KiB took a turn
+/// one at a time from 35.6 to 23.0 KB and with 64 phones from 31.4 to 25.7 KB, for 2 to 4 %
+/// more CPU with 64 phones and none measurable one at a time (1 KiB: 16.6 KB, but 35 % more
+/// CPU). SQLite fixes the size when the file's first page is written: a journal made before
+/// keeps its 4 KiB pages, which it reads as well.
+pub(super) const PAGE_SIZE: i64 = 2048;
 
 /// Brings a file at `from` (at most [`VERSION`]) up to [`VERSION`].
 pub(super) fn migrate(conn: &Connection, from: u32) -> rusqlite::Result<()> {

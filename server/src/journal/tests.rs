@@ -413,6 +413,7 @@ fn a_new_journal_is_at_the_current_schema_and_private() {
     let pragma = |name| raw.pragma_query_value(None, name, |row| row.get::<_, i64>(0)).unwrap();
     assert_eq!(pragma("user_version"), i64::from(schema::VERSION));
     assert_eq!(pragma("auto_vacuum"), 2); // incremental
+    assert_eq!(pragma("page_size"), schema::PAGE_SIZE); // a turn writes fewer bytes
     let mode_name: String = raw.pragma_query_value(None, "journal_mode", |row| row.get(0)).unwrap();
     assert_eq!(mode_name, "wal");
     drop(raw);
