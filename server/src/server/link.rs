@@ -25,8 +25,7 @@ impl Server {
                 Done::Fetched { ticket, result } => self.file_fetched(ticket, result, now),
             }
         }
-        self.drive(now);
-        self.resume_link_reads(now);
+        // What the results decided leaves with the rest of the batch, in `run`'s drive.
     }
 
     pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
@@ -109,7 +108,6 @@ impl Server {
                 self.read_link_peer(home, now);
             }
         }
-        self.drive(now);
     }
 
     /// A Unix peer's hello timeout: ended if it has not said hello.

@@ -399,7 +399,9 @@ impl Server {
 
     /// Steps the wiring until it is quiet, carrying out what it asks and handing it the
     /// HTTP client's news, then hands the frames to their connections and arms the wiring's
-    /// deadline. Once per batch of input (and after what a batch decided elsewhere).
+    /// deadline. Once per wake-up, after the whole batch of events and timers (again only
+    /// for what the batch's closes armed, and in the shutdown), so `run` shows when frames
+    /// leave.
     fn drive(&mut self, now: Instant) {
         let t = self.time(now);
         loop {
