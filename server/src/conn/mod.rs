@@ -104,10 +104,11 @@ pub enum Phase {
     /// A plain response is out and our side is shut: read and discard until the peer closes,
     /// so unread request bytes do not turn the close into a reset that eats the response.
     Drain(TcpStream),
-    /// Speaking WebSocket.
-    Ws(Box<WebSocket<Counted>>),
-    /// Done: waiting to be freed after the current batch of events.
-    Dead,
+    /// Speaking WebSocket, with who is at the other end.
+    Ws(Box<WebSocket<Counted>>, Role),
+    /// Done: waiting to be freed after the current batch of events. A WebSocket's role
+    /// stays, for what its end must still undo (the core, the agent link, the log line).
+    Dead(Option<Role>),
 }
 
 /// A WebSocket the response upgrades to.
@@ -123,12 +124,13 @@ pub struct Upgrade {
     pub agent: bool,
 }
 
-/// Who is at the other end. It decides how much is read per turn (L35) and where
-/// messages go: nothing here is only for logs.
+/// Who is at the other end of a WebSocket. It decides how much is read per turn (L35) and
+/// where messages go: nothing here is only for logs. Part of [`Phase::Ws`], so that a plain
+/// HTTP request cannot have one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Role {
-    /// A plain HTTP request (a page, `/healthz`), or a WebSocket not yet handed on.
-    Http,
+    /// Upgraded, and not yet handed to the core or the agent link.
+    Unclaimed,
     /// A phone or a service, speaking Protocol v1 to the core. `device`: once its hello
     /// was accepted; until then messages are capped at `MAX_PRE_HELLO_FRAME_BYTES` and read
     /// one per loop turn, so that the core sees the hello (and the cap is raised) before
@@ -146,12 +148,10 @@ pub struct Conn {
     pub generation: u32,
     pub peer: SocketAddr,
     pub accepted_at: Instant,
-    /// Where the socket is: HTTP head, response, drain, WebSocket, dead. Changed only by
-    /// this module's methods.
+    /// Where the socket is: HTTP head, response, drain, WebSocket (and who is at the other
+    /// end), dead. Changed only by this module's methods; the role also by
+    /// [`Connections::make_agent_peer`] (an agent's outbox counts apart from the phones').
     phase: Phase,
-    /// Who is at the other end. Changed only here and by [`Connections::make_agent_peer`]
-    /// (an agent's outbox counts apart from the phones').
-    role: Role,
     /// The WebSocket's open/closing/close-sent state and its deadline.
     life: Lifecycle,
     /// Frames for the peer not yet handed to tungstenite. Private: only [`Connections`]
@@ -200,7 +200,6 @@ impl Conn {
                 stream,
                 head: Vec::new(),
             },
-            role: Role::Http,
             life: Lifecycle::open(now),
             outbox: VecDeque::new(),
             outbox_bytes: 0,
@@ -218,7 +217,7 @@ impl Conn {
     /// The request head is read: answer it with `out`, then close (a plain response) or
     /// upgrade.
     pub fn respond(&mut self, out: Vec<u8>, upgrade: Option<Upgrade>) {
-        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead(None));
         if let Phase::Http { stream, .. } | Phase::Answer(stream) = phase {
             self.phase = Phase::Respond {
                 stream,
@@ -231,7 +230,7 @@ impl Conn {
 
     /// The request head is read; its answer comes later ([`Conn::respond`]).
     pub fn await_answer(&mut self) {
-        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead(None));
         if let Phase::Http { stream, .. } = phase {
             self.phase = Phase::Answer(stream);
         }
@@ -245,8 +244,29 @@ impl Conn {
         }
     }
 
-    pub fn role(&self) -> &Role {
-        &self.role
+    fn role(&self) -> Option<&Role> {
+        match &self.phase {
+            Phase::Ws(_, role) | Phase::Dead(Some(role)) => Some(role),
+            _ => None,
+        }
+    }
+
+    /// Ends it: the socket is dropped, who it was for stays. Only through
+    /// [`Connections::end`], which keeps the totals.
+    fn die(&mut self) {
+        let role = match std::mem::replace(&mut self.phase, Phase::Dead(None)) {
+            Phase::Ws(_, role) => Some(role),
+            Phase::Dead(role) => role,
+            _ => None,
+        };
+        self.phase = Phase::Dead(role);
+    }
+
+    fn role_mut(&mut self) -> Option<&mut Role> {
+        match &mut self.phase {
+            Phase::Ws(_, role) | Phase::Dead(Some(role)) => Some(role),
+            _ => None,
+        }
     }
 
     pub fn life(&self) -> &Lifecycle {
@@ -255,29 +275,38 @@ impl Conn {
 
     /// The WebSocket is a phone's, for the core.
     pub fn open_phone(&mut self) {
-        self.role = Role::Phone {
-            device: None,
-            in_core: true,
-        };
+        if let Some(role) = self.role_mut() {
+            *role = Role::Phone {
+                device: None,
+                in_core: true,
+            };
+        }
+    }
+
+    /// The WebSocket carries the agent link's `peer` (`/agent`).
+    fn open_agent(&mut self, peer: hermes_mobile::agent_link::PeerId) {
+        if let Some(role) = self.role_mut() {
+            *role = Role::Agent { peer, hello: false };
+        }
     }
 
     /// Whether the core knows this connection.
     pub fn in_core(&self) -> bool {
-        matches!(self.role, Role::Phone { in_core: true, .. })
+        matches!(self.role(), Some(Role::Phone { in_core: true, .. }))
     }
 
     /// The core forgets the connection (it closed it, or the server does); whether it
     /// knew it until now.
     pub fn leave_core(&mut self) -> bool {
-        match &mut self.role {
-            Role::Phone { in_core, .. } => std::mem::take(in_core),
+        match self.role_mut() {
+            Some(Role::Phone { in_core, .. }) => std::mem::take(in_core),
             _ => false,
         }
     }
 
     /// The core accepted the phone's `hello` as `device`.
     pub fn phone_authenticated(&mut self, device: String) {
-        if let Role::Phone { device: d, .. } = &mut self.role {
+        if let Some(Role::Phone { device: d, .. }) = self.role_mut() {
             *d = Some(device);
         }
         self.raise_limits();
@@ -285,7 +314,7 @@ impl Conn {
 
     /// The link accepted the `/agent` peer's `hello`.
     pub fn agent_authenticated(&mut self) {
-        if let Role::Agent { hello, .. } = &mut self.role {
+        if let Some(Role::Agent { hello, .. }) = self.role_mut() {
             *hello = true;
         }
         self.raise_limits();
@@ -294,14 +323,14 @@ impl Conn {
     /// A hello was accepted: a phone's device or an agent.
     pub fn authenticated(&self) -> bool {
         matches!(
-            self.role,
-            Role::Phone { device: Some(_), .. } | Role::Agent { hello: true, .. }
+            self.role(),
+            Some(Role::Phone { device: Some(_), .. } | Role::Agent { hello: true, .. })
         )
     }
 
     /// Who it is for the close log line: the device, "agent", or nobody yet.
     pub fn who(&self) -> Option<&str> {
-        match &self.role {
+        match self.role()? {
             Role::Phone { device, .. } => device.as_deref(),
             Role::Agent { hello: true, .. } => Some("agent"),
             _ => None,
@@ -343,8 +372,8 @@ impl Conn {
 
     /// The agent-link peer this `/agent` connection carries.
     pub fn agent_peer(&self) -> Option<hermes_mobile::agent_link::PeerId> {
-        match self.role {
-            Role::Agent { peer, .. } => Some(peer),
+        match self.role() {
+            Some(Role::Agent { peer, .. }) => Some(*peer),
             _ => None,
         }
     }
@@ -355,8 +384,8 @@ impl Conn {
             | Phase::Answer(stream)
             | Phase::Respond { stream, .. }
             | Phase::Drain(stream) => Some(stream),
-            Phase::Ws(ws) => Some(ws.get_mut().stream_mut()),
-            Phase::Dead => None,
+            Phase::Ws(ws, _) => Some(ws.get_mut().stream_mut()),
+            Phase::Dead(_) => None,
         }
     }
 
@@ -403,7 +432,7 @@ impl Conn {
 
     /// After a plain response: shut our side and start draining.
     pub fn start_drain(&mut self) {
-        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead(None));
         if let Phase::Respond { stream, .. } = phase {
             let _ = stream.shutdown(std::net::Shutdown::Write);
             self.phase = Phase::Drain(stream);
@@ -422,11 +451,11 @@ impl Conn {
     /// Only through [`Connections::upgrade`], which counts a message the leftover begins.
     fn upgrade(&mut self, leftover: Vec<u8>, client: Option<std::net::IpAddr>, now: Instant) {
         self.client = client;
-        let phase = std::mem::replace(&mut self.phase, Phase::Dead);
+        let phase = std::mem::replace(&mut self.phase, Phase::Dead(None));
         if let Phase::Respond { stream, .. } = phase {
             let stream = Counted::new(stream, &leftover);
             let ws = WebSocket::from_partially_read(stream, leftover, WsRole::Server, Some(ws_config()));
-            self.phase = Phase::Ws(Box::new(ws));
+            self.phase = Phase::Ws(Box::new(ws), Role::Unclaimed);
             self.life = Lifecycle::open(now);
         }
     }
@@ -434,7 +463,7 @@ impl Conn {
     /// Bytes of a message read in part: what tungstenite holds of it (L51).
     pub fn partial_bytes(&self) -> usize {
         match &self.phase {
-            Phase::Ws(ws) => ws.get_ref().partial(),
+            Phase::Ws(ws, _) => ws.get_ref().partial(),
             _ => 0,
         }
     }
@@ -444,7 +473,7 @@ impl Conn {
     fn read_ws(&mut self, now: Instant, into: &mut Vec<Incoming>) -> Result<Drained, String> {
         // Control frames count too: a flood of pings is work as well.
         let budget = if self.authenticated() { READ_BUDGET } else { 1 };
-        let Phase::Ws(ws) = &mut self.phase else {
+        let Phase::Ws(ws, _) = &mut self.phase else {
             return Ok(Drained::All);
         };
         if self.poisoned {
@@ -511,7 +540,9 @@ impl Conn {
     /// Hands queued frames to tungstenite while it keeps up, then the close frame if one is
     /// due. `Err` ends the connection.
     fn pump(&mut self, now: Instant) -> Result<(), String> {
-        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        let Phase::Ws(ws, _) = &mut self.phase else {
+            return Ok(());
+        };
         if self.blocked {
             match ws.flush() {
                 Ok(()) => {
@@ -572,7 +603,7 @@ impl Conn {
 
     /// A hello was accepted: messages up to `MAX_FRAME_BYTES` from now on (L35).
     fn raise_limits(&mut self) {
-        if let Phase::Ws(ws) = &mut self.phase {
+        if let Phase::Ws(ws, _) = &mut self.phase {
             let max = hermes_mobile::limits::MAX_FRAME_BYTES;
             ws.set_config(|c| {
                 c.max_message_size = Some(max);
@@ -583,7 +614,9 @@ impl Conn {
 
     /// Sends a WebSocket ping (decisions K2).
     fn ping(&mut self) -> Result<(), String> {
-        let Phase::Ws(ws) = &mut self.phase else { return Ok(()) };
+        let Phase::Ws(ws, _) = &mut self.phase else {
+            return Ok(());
+        };
         if self.blocked || self.life.close_sent() {
             return Ok(());
         }

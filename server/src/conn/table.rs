@@ -81,7 +81,7 @@ impl Connections {
     pub fn live(&mut self, key: usize, generation: u32) -> Option<&mut Conn> {
         self.slab
             .get_mut(key)
-            .filter(|c| c.generation == generation && !matches!(c.phase, Phase::Dead))
+            .filter(|c| c.generation == generation && !matches!(c.phase, Phase::Dead(_)))
     }
 
     pub fn len(&self) -> usize {
@@ -157,7 +157,7 @@ impl Connections {
     pub fn slots(&self) -> Vec<super::slots::Slot> {
         self.slab
             .iter()
-            .filter(|(_, c)| !matches!(c.phase, Phase::Dead))
+            .filter(|(_, c)| !matches!(c.phase, Phase::Dead(_)))
             .map(|(key, c)| {
                 let source = source_of(c.peer);
                 let group = match (source, c.client) {
@@ -179,7 +179,7 @@ impl Connections {
     /// Queues a frame for the peer, to go out at the end of the turn; a connection that is
     /// gone, or ended and not yet freed, takes nothing.
     pub fn queue(&mut self, key: usize, frame: String) {
-        let Some(conn) = self.slab.get_mut(key).filter(|c| !matches!(c.phase, Phase::Dead)) else {
+        let Some(conn) = self.slab.get_mut(key).filter(|c| !matches!(c.phase, Phase::Dead(_))) else {
             return;
         };
         *total(&mut self.phones, &mut self.agents, conn) += frame.len();
@@ -205,7 +205,7 @@ impl Connections {
         let Some(conn) = self.slab.get_mut(key) else { return };
         let bytes = conn.outbox_bytes;
         *total(&mut self.phones, &mut self.agents, conn) -= bytes;
-        conn.role = super::Role::Agent { peer, hello: false };
+        conn.open_agent(peer);
         *total(&mut self.phones, &mut self.agents, conn) += bytes;
     }
 
@@ -214,16 +214,16 @@ impl Connections {
     /// report its token in this batch. `None` if it was gone or dead already.
     pub fn end(&mut self, key: usize, registry: &Registry) -> Option<&mut Conn> {
         let conn = self.slab.get_mut(key)?;
-        if matches!(conn.phase, Phase::Dead) {
+        if matches!(conn.phase, Phase::Dead(_)) {
             return None;
         }
         if let Some(stream) = conn.stream_mut() {
             let _ = registry.deregister(stream);
         }
         self.partial -= conn.partial_bytes();
-        conn.phase = Phase::Dead;
         let dropped = conn.drop_outbox();
         *total(&mut self.phones, &mut self.agents, conn) -= dropped;
+        conn.die();
         self.turn.dead.push(key);
         Some(conn)
     }
@@ -232,7 +232,7 @@ impl Connections {
     /// deregistered token until the batch is over).
     pub fn free_dead(&mut self) {
         for key in std::mem::take(&mut self.turn.dead) {
-            if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead)) {
+            if self.slab.get(key).is_some_and(|c| matches!(c.phase, Phase::Dead(_))) {
                 let conn = self.slab.remove(key);
                 debug_assert_eq!(conn.outbox_bytes, 0, "an ended connection holds no frames");
             }
@@ -295,7 +295,7 @@ mod tests {
         let stream = TcpStream::from_std(server);
         let (key, _) = conns.insert(stream, peer, Instant::now(), |_, _| Ok(())).unwrap();
         let conn = conns.get_mut(key).unwrap();
-        let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead) else {
+        let Phase::Http { stream, .. } = std::mem::replace(&mut conn.phase, Phase::Dead(None)) else {
             unreachable!("a new connection reads its head")
         };
         conn.phase = Phase::Respond {

@@ -122,13 +122,13 @@ impl Server {
             Phase::Respond { .. } => self.on_respond(key, now),
             // Its answer waits for the file worker; what the peer sends meanwhile waits too.
             Phase::Answer(_) => {}
-            Phase::Ws(_) => self.on_ws(key, now),
+            Phase::Ws(..) => self.on_ws(key, now),
             Phase::Drain(_) => match conn.drain() {
                 Discarded::Closed => self.kill(key, "http response sent"),
                 Discarded::Budget => self.conns.turn().read_again(key),
                 Discarded::All => {}
             },
-            Phase::Dead => {}
+            Phase::Dead(_) => {}
         }
     }
 

@@ -111,7 +111,7 @@ impl Server {
         self.drive(now);
         for key in self.conns.keys() {
             let Some(conn) = self.conns.get(key) else { continue };
-            if !matches!(conn.phase(), Phase::Ws(_)) {
+            if !matches!(conn.phase(), Phase::Ws(..)) {
                 self.kill(key, "shutting down");
                 continue;
             }

@@ -26,7 +26,7 @@ impl Server {
         let mut incoming = std::mem::take(&mut self.incoming);
         let read = self.conns.read_ws(key, now, &mut incoming);
         self.check_inbound_budget();
-        let Some(conn) = self.conns.get_mut(key).filter(|c| !matches!(c.phase(), Phase::Dead)) else {
+        let Some(conn) = self.conns.get_mut(key).filter(|c| !matches!(c.phase(), Phase::Dead(_))) else {
             // Dropped by the budget: what it sent in this read goes with it.
             incoming.clear();
             self.incoming = incoming;
@@ -130,7 +130,7 @@ impl Server {
 
     pub(super) fn flush_conn(&mut self, key: usize, now: Instant) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        if !matches!(conn.phase(), Phase::Ws(_)) {
+        if !matches!(conn.phase(), Phase::Ws(..)) {
             return;
         }
         // An `/agent` agent may be handed the whole queue of what waited for it (L40: up to
@@ -172,7 +172,7 @@ impl Server {
     /// Ends a connection now. The slab entry is freed after the current batch.
     pub(super) fn kill(&mut self, key: usize, reason: &str) {
         let Some(conn) = self.conns.get(key) else { return };
-        let was_ws = matches!(conn.phase(), Phase::Ws(_));
+        let was_ws = matches!(conn.phase(), Phase::Ws(..));
         let Some(conn) = self.conns.end(key, self.poll.registry()) else {
             return;
         };
