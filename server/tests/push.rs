@@ -79,6 +79,22 @@ fn service_conn(server: &Server) -> Client {
     c
 }
 
+/// Checks that nothing more is pushed for what came before, by waiting for an event rather
+/// than sleeping and counting: a marker `deliver` to `device` (locked and subscribed) must be
+/// push number `before + 1`. Pushes leave in the order they fall due (a card at once, a reply
+/// or a deliver after the 2 s coalescing window, a retry later still), so a push owed to
+/// anything earlier would come first.
+fn the_next_push_is_a_marker(setup: &Setup, server: &Server, device: &str, before: usize) {
+    let mut cron = service_conn(server);
+    cron.send(json!({"t":"deliver","id":"marker","target":format!("mobile:{device}"),"text":"marker"}));
+    assert_eq!(cron.recv()["held"], true);
+    let pushes = setup.service.wait_for(before + 1, Duration::from_secs(10));
+    let marker = pushes[before].payload.as_ref().unwrap();
+    assert_eq!(pushes.len(), before + 1, "{pushes:#?}");
+    assert_eq!(marker["notification"]["body"], "marker", "{pushes:#?}");
+    assert_eq!(marker["hermes"]["kind"], "deliver", "{pushes:#?}");
+}
+
 #[test]
 fn a_final_reply_for_a_locked_phone_is_one_push_that_decrypts_and_is_signed() {
     let setup = Setup::new();
@@ -111,8 +127,7 @@ fn a_final_reply_for_a_locked_phone_is_one_push_that_decrypts_and_is_signed() {
     assert!(ttl > 3600, "{ttl}");
     assert!(!format!("{p:?}").contains(TOKEN), "the app token is never in a push");
     // One final reply, one push: nothing more comes for it.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(setup.service.pushes().len(), 1);
+    the_next_push_is_a_marker(&setup, &server, "tel-1", 1);
     // Back online, the phone gets the reply that was held.
     let mut c = Client::hello(&server, "tel-1");
     let frames = c.until("message");
@@ -190,6 +205,9 @@ fn a_deliver_for_a_locked_phone_is_held_pushed_and_shown_on_return() {
 fn a_connected_phone_gets_no_push() {
     let setup = Setup::new();
     let server = setup.gateway(&[]);
+    // A second phone, locked, for the marker at the end.
+    let (other, _, _) = subscribe(&server, &setup.service, "tel-2");
+    lock(&server, other, "tel-2");
     let (mut c, _, _) = subscribe(&server, &setup.service, "tel-1");
     c.send(json!({"t":"text","id":"m1","text":"hello"}));
     assert_eq!(c.until("message").pop().unwrap()["text"], "echo: hello");
@@ -198,10 +216,10 @@ fn a_connected_phone_gets_no_push() {
     let mut cron = service_conn(&server);
     cron.send(json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"hi"}));
     assert_eq!(cron.recv(), json!({"t":"delivered","id":"d1","device":"tel-1"}));
-    // Past the coalescing window: still nothing.
-    std::thread::sleep(Duration::from_millis(2500));
-    assert!(setup.service.pushes().is_empty(), "{:#?}", setup.service.pushes());
-    assert_eq!(setup.service.connections.load(std::sync::atomic::Ordering::SeqCst), 0);
+    // Nothing for tel-1, not even past the coalescing window: the first push is tel-2's,
+    // and the only connection to the service is the one that carried it.
+    the_next_push_is_a_marker(&setup, &server, "tel-2", 0);
+    assert_eq!(setup.service.connections.load(std::sync::atomic::Ordering::SeqCst), 1);
 }
 
 #[test]
@@ -221,8 +239,7 @@ fn replies_close_together_make_one_push() {
         "Hermes: 3 new messages"
     );
     assert_eq!(p.payload.as_ref().unwrap()["notification"]["body"], "note 3");
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(setup.service.pushes().len(), 1);
+    the_next_push_is_a_marker(&setup, &server, "tel-1", 1);
 }
 
 #[test]
@@ -245,8 +262,9 @@ fn a_410_removes_the_subscription_for_good() {
     // Never used again: a later deliver is S3's device_offline, and nothing is POSTed.
     cron.send(json!({"t":"deliver","id":"d2","target":"mobile:tel-1","text":"two"}));
     assert_eq!(cron.recv()["code"], "device_offline");
-    std::thread::sleep(Duration::from_millis(2500));
-    assert_eq!(setup.service.pushes().len(), 1);
+    let (other, _, _) = subscribe(&server, &setup.service, "tel-2");
+    lock(&server, other, "tel-2");
+    the_next_push_is_a_marker(&setup, &server, "tel-2", 1);
     // The removal was kept.
     let kept = std::fs::read_to_string(server.state_dir.join("push-subscriptions.json")).unwrap();
     assert!(!kept.contains("/push/tel-1"), "{kept}");
@@ -268,10 +286,13 @@ fn a_subscription_gone_is_not_used_by_a_notification_already_waiting() {
     assert_eq!(cron.recv()["held"], true);
     let pushes = setup.service.wait_for(1, Duration::from_secs(10));
     assert_eq!(pushes[0].payload.as_ref().unwrap()["hermes"]["kind"], "card");
-    std::thread::sleep(Duration::from_millis(3000));
-    assert_eq!(setup.service.pushes().len(), 1, "a POST to a subscription that is gone");
+    // The deliver's push falls due before the marker's: had it been POSTed to the
+    // subscription that is gone, it would be the second push.
+    let (other, _, _) = subscribe(&server, &setup.service, "tel-2");
+    lock(&server, other, "tel-2");
+    the_next_push_is_a_marker(&setup, &server, "tel-2", 1);
     let h = health(&server);
-    assert_eq!(h["push_subscriptions"], 0, "{h}");
+    assert_eq!(h["push_subscriptions"], 1, "tel-1's is gone, tel-2's stays: {h}");
     assert!(h["push_last_error"].as_str().unwrap().contains("410"), "{h}");
 }
 
