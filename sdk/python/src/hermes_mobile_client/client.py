@@ -41,7 +41,6 @@ E = TypeVar("E", bound=Event)
 # The answers to requests; each settles the request with its id.
 _ANSWER_TYPES = ("delivered", "push_subscribed", "push_unsubscribed", "push_sent", "history", "forgotten")
 # The frames of journal entries, which carry a seq (L57).
-_ENTRY_TYPES = ("message", "media", "prompt", "prompt_done")
 # After a fatal error the gateway closes the connection; if it has not after this, we do.
 _FATAL_CLOSE_GRACE = 2.0
 
@@ -216,8 +215,6 @@ class Client(SendingMixin, JournalMixin, ConnectionMixin):
         t = u.lowercase(f.get("t"))
         if not self._is_ready and t not in ("ready", "error"):
             return  # nothing comes before ready; after a ready this client dropped, nothing counts
-        if t in _ENTRY_TYPES:
-            self._note_seq(f)
         if t == "ready":
             self._on_ready(f, ws, conn)
         elif t == "pong":

@@ -66,11 +66,13 @@ class JournalMixin(RequestsMixin):
         self._save_seq()
         return False
 
-    def _note_seq(self, frame: Mapping[str, Any]) -> None:
-        """A `message`, `media`, `prompt` or `prompt_done` frame: its seq was received."""
-        n = u.as_seq(frame.get("seq"))
-        if n is not None and n > self._seq_seen:
-            self._seq_seen = n
+    def _emit(self, ev: Event) -> None:
+        """An event for the application. A whole message version, file or card carries the
+        seq this client has now received: not the first chunk or part of one, whose seq a
+        reconnect must not resume past, or the rest of it is never sent again (L58)."""
+        if isinstance(ev, _ENTRY_EVENTS) and ev.seq is not None and ev.seq > self._seq_seen:
+            self._seq_seen = ev.seq
+        super()._emit(ev)
 
     def _hand_over(self, ev: Event) -> None:
         """The application takes `ev`: the one before it was handled."""
