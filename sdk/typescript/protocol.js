@@ -857,8 +857,10 @@ export class HermesClient extends EventTarget {
 
   _onPrompt(f) {
     const card = validateCard(f);
-    this._kept(f.seq); // nothing more will come of this frame, shown or not
-    if (!card) return this._emit('invalid', { reason: 'bad prompt card', frame: { t: 'prompt', id: f.id } });
+    if (!card) {
+      this._emit('invalid', { reason: 'bad prompt card', frame: { t: 'prompt', id: f.id } });
+      return this._kept(f.seq); // nothing more will come of this frame
+    }
     let old = this.prompts.get(card.id);
     if (old && old.state !== 'open') old = null; // a closed card's id used again: a new card
     if (old) {
@@ -871,6 +873,10 @@ export class HermesClient extends EventTarget {
       for (const [id, c] of this.prompts) if (c.state !== 'open' && this.prompts.size > 150) this.prompts.delete(id);
     }
     this._emit('prompt', { card, repeat: !!old, seq: Number.isInteger(f.seq) ? f.seq : null });
+    // Kept once the application has had the card (docs/sdk.md): a bot that crashes in its
+    // handler sees it again after a restart, since an open card at or before `after` is not
+    // sent again (L58).
+    this._kept(f.seq);
   }
 
   _onPromptDone(f) {

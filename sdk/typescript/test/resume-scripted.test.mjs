@@ -154,6 +154,22 @@ test('the seq is kept once what it covers is whole: all chunks, all parts, a car
   client.close();
 });
 
+test("a card's seq is kept only after the application's listener had the card", async () => {
+  // An open card at or before `after` is not sent again (L58): had the seq been saved before
+  // the listener ran, a bot that crashed in it would never see the card after its restart.
+  const store = memoryStore();
+  const client = newScripted({ seqStore: store });
+  const { ws } = await open(client, { seq: 0, capabilities: HISTORY });
+  let savedWhenSeen = null;
+  client.addEventListener('prompt', () => {
+    savedWhenSeen = [...store.saves];
+  });
+  ws.recv(card('p1', 'exec_approval', [{ id: 'once', label: 'Once' }, { id: 'deny', label: 'Deny' }], 7));
+  assert.deepEqual(savedWhenSeen, [], 'nothing saved while the listener ran');
+  assert.deepEqual(store.saves, [7], 'saved after it');
+  client.close();
+});
+
 test('with a journal, `received` confirms a text and a pong does not; a card answer still by pong', async () => {
   const client = newScripted();
   const { ws } = await open(client, { seq: 0 });
