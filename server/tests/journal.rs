@@ -236,8 +236,20 @@ fn a_damaged_journal_is_moved_aside_and_a_new_one_started() {
         .filter(|n| n.starts_with("journal.sqlite3.corrupt-"))
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?}");
-    let (_, frames) = hello_resume(&server, "tel-1", 0);
+    let (mut phone, frames) = hello_resume(&server, "tel-1", 0);
     assert_eq!(frames[0]["seq"], 0);
+    phone.send(json!({"t":"text","id":"m1","text":"after the move"}));
+    let reply = phone.until("message").pop().unwrap();
+    drop(phone);
+    // A phone that kept seq 700 of the journal moved aside resumes after it, and still gets
+    // what the new journal holds: its seqs go on above any the old one handed out (L62).
+    let seq = reply["seq"].as_u64().unwrap();
+    assert!(seq > 1_000_000, "{reply}");
+    let (_, frames) = hello_resume(&server, "tel-1", 700);
+    let replayed: Vec<&Value> = frames.iter().filter(|f| f["t"] == "message").collect();
+    assert_eq!(replayed.len(), 1, "{frames:?}");
+    assert_eq!(replayed[0]["text"], "echo: after the move");
+    assert_eq!(replayed[0]["seq"], seq);
 }
 
 #[test]

@@ -206,12 +206,7 @@ fn cap_seqs(conn: &Connection) -> rusqlite::Result<()> {
         forget.execute([device])?;
         floor = floor.max(reserved);
     }
-    conn.prepare_cached(
-        "INSERT INTO meta (name, value) VALUES ('seq_floor', ?1)
-         ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
-    )?
-    .execute([floor])
-    .map(drop)
+    super::rows::raise_seq_floor(conn, u64::try_from(floor).unwrap_or(0))
 }
 
 /// Gives free pages back to the file system once there are enough of them.

@@ -49,7 +49,7 @@ impl Store {
             moved_aside,
             bytes: r.bytes,
         };
-        let why = match open_once(settings, clock) {
+        let why = match open_once(settings, clock, None) {
             Ok(r) => return ready(r, None),
             Err(Failure::Unavailable(why)) => return Opened::Unavailable(why),
             Err(Failure::Damaged(why)) => why,
@@ -64,14 +64,17 @@ impl Store {
                 ))
             }
         };
-        match open_once(settings, clock) {
+        // The new journal's seqs go on above any the moved one can have handed out: a phone
+        // that kept one resumes after it, and must still get all of the new journal (L62).
+        match open_once(settings, clock, Some(now_unix_ms())) {
             Ok(r) => ready(r, Some(MovedAside { to, why })),
             Err(Failure::Damaged(again) | Failure::Unavailable(again)) => Opened::Unavailable(again),
         }
     }
 }
 
-fn open_once(settings: &JournalSettings, clock: Clock) -> Result<Ready, Failure> {
+/// `floor`: seqs start above it (a journal that replaces one moved aside).
+fn open_once(settings: &JournalSettings, clock: Clock, floor: Option<u64>) -> Result<Ready, Failure> {
     let path = &settings.path;
     prepare_file(path)?;
     let conn = connect(path)?;
@@ -80,6 +83,9 @@ fn open_once(settings: &JournalSettings, clock: Clock) -> Result<Ready, Failure>
     let snapshot = (|| {
         let tx = conn.unchecked_transaction()?;
         marks::clear(&tx)?;
+        if let Some(floor) = floor {
+            rows::raise_seq_floor(&tx, floor)?;
+        }
         bounds.run_all(&tx, now, Instant::now())?;
         tx.commit()?;
         read_snapshot(&conn, clock, settings, now)

@@ -262,6 +262,16 @@ pub(super) fn seqs(conn: &Connection) -> rusqlite::Result<Vec<(DeviceId, u64)>> 
 }
 
 /// The largest reserved seq of the devices whose `seqs` rows were dropped.
+/// Seqs of devices the journal does not know go on above `floor` from now on.
+pub(super) fn raise_seq_floor(conn: &Connection, floor: u64) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO meta (name, value) VALUES ('seq_floor', ?1)
+         ON CONFLICT (name) DO UPDATE SET value = max(value, excluded.value)",
+    )?
+    .execute([int(floor)])
+    .map(drop)
+}
+
 pub(super) fn seq_floor(conn: &Connection) -> rusqlite::Result<u64> {
     let floor = conn.query_row("SELECT max(value) FROM meta WHERE name = 'seq_floor'", [], |row| {
         row.get::<_, Option<i64>>(0)
