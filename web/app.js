@@ -594,7 +594,10 @@ function onAgentMessage({ detail: d }) {
     renderMarkdown(t, d.text); // M2: the latest version replaces the bubble's text in place
     m.dataset.final = String(d.final);
     m.setAttribute('aria-busy', String(!d.final));
-    if (d.final) remember(m, key, { from: 'agent', type: 'text', id: d.id, text: d.text, final: true });
+    // Every whole version is kept, not only the final one: protocol.js keeps its seq, so a
+    // page reloaded while the agent works must find the reply as far as it got (L58 sends
+    // it again only once it changes).
+    if (d.complete) remember(m, key, { from: 'agent', type: 'text', id: d.id, text: d.text, final: d.final });
   });
   if (d.final) client.ack(d.id);
 }

@@ -9,7 +9,8 @@ import re
 
 from playwright.sync_api import expect
 
-from conftest import SCREENSHOTS, TOKEN
+from agent_link import AgentLink
+from conftest import SCREENSHOTS, TOKEN, _start_gateway
 
 ITEMS = "#messages > .msg, #messages > .card"
 
@@ -200,3 +201,36 @@ def test_forget_asks_then_the_gateway_forgets_the_device(make_app, server):
     fresh.page.wait_for_timeout(1000)
     expect(fresh.page.locator(ITEMS)).to_have_count(0)
     assert [f for f in fresh.sent if f.get("t") == "history"], "it asked"
+
+
+def test_a_reply_the_agent_is_still_writing_survives_a_reload(make_app, tmp_path_factory):
+    """The page keeps the seq of every whole version of a reply, so it must keep the version
+    too: the gateway sends the reply again only once it changes (L58). An agent on the link
+    leaves a reply unfinished (a long tool call); the page is reloaded meanwhile."""
+    sock = tmp_path_factory.mktemp("agent") / "agent.sock"
+    gw = _start_gateway(extra_env={"MOBILE_AGENT": f"link:{sock}"})
+    agent = AgentLink(str(sock))
+    try:
+        agent.send(t="hello", v=1, agent="journal-test")
+        agent.wait_for("welcome")
+        app = make_app(gw)
+        page = app.page
+        app.pair_by_link()
+        device = agent.wait_for("device_online")["device"]
+        agent.command("r1", t="reply", device=device, id="a-1", text="Let me check the logs", done=False)
+        bubble = page.locator('#messages > .msg[data-from="agent"]')
+        expect(bubble.locator(".msg-text")).to_have_text("Let me check the logs")
+        page.wait_for_timeout(600)  # past the cache's 200 ms flush (history.js FLUSH_MS)
+        page.reload()
+        app.expect_online()
+        expect(bubble).to_have_count(1)
+        expect(bubble.locator(".msg-text")).to_have_text("Let me check the logs")
+        expect(bubble).to_have_attribute("data-final", "false")
+        # The final version replaces it in place.
+        agent.command("r2", t="reply", device=device, id="a-1", text="Let me check the logs: all clear.", done=True)
+        expect(bubble.locator(".msg-text")).to_have_text("Let me check the logs: all clear.")
+        expect(bubble).to_have_count(1)
+        expect(bubble).to_have_attribute("data-final", "true")
+    finally:
+        agent.close()
+        gw.cleanup()
