@@ -12,7 +12,7 @@ from typing import Any
 
 from websockets.asyncio.server import ServerConnection, serve
 
-from hermes_mobile_client import connect
+from hermes_mobile_client import History, connect
 
 READY = {
     "t": "ready",
@@ -97,3 +97,11 @@ def test_a_reconnect_between_a_files_parts_resumes_before_it() -> None:
     }
     rest = dict(first, data="ZGVm", part=1)
     assert asyncio.run(resumes_after(first, rest)) == [0, 0, 6]
+
+
+def test_history_paging_goes_on_past_a_page_with_nothing_this_client_can_show() -> None:
+    # A newer gateway's entries are left out of `items`; the next page still starts below
+    # them, rather than from the newest page again (`before=None`).
+    unreadable = History(items=(), more=True, oldest_seq=5)
+    assert unreadable.next_before == 5
+    assert History(items=(), more=False).next_before is None

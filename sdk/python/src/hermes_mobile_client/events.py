@@ -279,10 +279,15 @@ class History:
 
     items: tuple[HistoryItem, ...]
     more: bool
+    # The lowest seq of the gateway's answer, items this client cannot show included.
+    oldest_seq: int | None = None
 
     @property
     def next_before(self) -> int | None:
-        """The `before` of the next (older) page: the first item's seq."""
+        """The `before` of the next (older) page: the page's lowest seq, also when no item of
+        it could be shown (a newer gateway's entry), so paging never starts over or stalls."""
+        if self.oldest_seq is not None:
+            return self.oldest_seq
         return self.items[0].seq if self.items else None
 
 

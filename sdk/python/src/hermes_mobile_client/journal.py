@@ -118,8 +118,14 @@ class JournalMixin(RequestsMixin):
             frame["before"] = before
         answer = await self._request(frame, "history", timeout, check=self._check_history)
         raw = answer.get("items")
-        items = [history_item(f) for f in raw] if isinstance(raw, list) else []
-        return History(items=tuple(i for i in items if i is not None), more=answer.get("more") is True)
+        raw = raw if isinstance(raw, list) else []
+        items = [history_item(f) for f in raw]
+        seqs = [s for s in (u.as_seq(f.get("seq")) for f in raw if isinstance(f, dict)) if s is not None]
+        return History(
+            items=tuple(i for i in items if i is not None),
+            more=answer.get("more") is True,
+            oldest_seq=min(seqs, default=None),
+        )
 
     def _check_history(self) -> None:
         if not self.has_history:
