@@ -274,6 +274,20 @@ async function openHistory(deviceId) {
   past.lastKey = Math.max(past.lastKey, opened.lastSeq);
   past.journal = opened.journalSeq > 0;
   await loadOlder(PAGE_FIRST);
+  if (generation === past.generation) await showOlderOpenCards();
+}
+
+// A card still open but older than the first window: at the end, where a card sent again
+// goes (as a new device's fill does), so the person can still answer it. A gateway with a
+// journal does not send it again (L58), and the agent waits for the answer.
+async function showOlderOpenCards() {
+  const first = ui.messages.firstElementChild;
+  if (!past.journal || !past.history || !first) return;
+  for (const r of await past.history.openCardsBefore(Number(first.dataset.seq))) {
+    if (!r.card || r.card.expiresAt <= Date.now()) continue;
+    const node = fromRecord(r);
+    if (node) ui.messages.append(node);
+  }
 }
 
 function forgetHistory(deviceId) {

@@ -288,6 +288,21 @@ export class History {
     }
   }
 
+  // The cards stored open with seq below `before`: older than the window the page loaded,
+  // and never sent again by a gateway with a journal (L58). A scan of at most MAX_RECORDS.
+  async openCardsBefore(before) {
+    if (!this.db || before == null) return [];
+    try {
+      const tx = this.db.transaction('items', 'readonly');
+      const index = tx.objectStore('items').index('seq');
+      const older = await req(index.getAll(IDBKeyRange.upperBound(before, true)));
+      return older.filter((r) => r.type === 'card' && r.state === 'open');
+    } catch (e) {
+      this.fail(e);
+      return [];
+    }
+  }
+
   // Up to `n` records with seq above `after`, oldest first.
   async pageAfter(after, n) {
     if (!this.db) return [];

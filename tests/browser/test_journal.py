@@ -234,3 +234,37 @@ def test_a_reply_the_agent_is_still_writing_survives_a_reload(make_app, tmp_path
     finally:
         agent.close()
         gw.cleanup()
+
+
+def test_an_open_card_older_than_the_first_window_is_shown_after_a_reload(make_app, tmp_path_factory):
+    """A gateway with a journal does not send an open card again that the page has seen
+    (L58): after a reload, a card older than the 100 newest cached items must still be there
+    to answer, or the agent waits for nothing."""
+    sock = tmp_path_factory.mktemp("agent") / "agent.sock"
+    gw = _start_gateway(extra_env={"MOBILE_AGENT": f"link:{sock}"})
+    agent = AgentLink(str(sock))
+    try:
+        agent.send(t="hello", v=1, agent="journal-test")
+        agent.wait_for("welcome")
+        app = make_app(gw)
+        page = app.page
+        app.pair_by_link()
+        device = agent.wait_for("device_online")["device"]
+        agent.command("p", t="open_prompt", device=device, prompt="old-card", kind="exec_approval",
+                      command="make deploy", options=["once", "deny"], timeout_seconds=3600)
+        card = page.locator('.card[data-prompt-id="old-card"]')
+        expect(card).to_have_attribute("data-state", "open")
+        for n in range(110):
+            agent.command(f"r{n}", t="reply", device=device, id=f"a-{n}", text=f"note {n}", done=True)
+        expect(page.locator('#messages > .msg[data-from="agent"] .msg-text').last).to_have_text("note 109")
+        page.wait_for_timeout(600)  # past the cache's 200 ms flush (history.js FLUSH_MS)
+        page.reload()
+        app.expect_online()
+        expect(page.locator('#messages > .msg[data-from="agent"] .msg-text').last).to_have_text("note 109")
+        expect(card).to_have_count(1)
+        expect(card).to_have_attribute("data-state", "open")
+        card.locator('button.card-option[data-option-id="deny"]').click()
+        agent.wait_for("prompt_answered", device=device, prompt="old-card", option="deny")
+    finally:
+        agent.close()
+        gw.cleanup()
