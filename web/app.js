@@ -178,6 +178,7 @@ function trimMessages() {
       dropItem(n);
       extra--;
       past.noOlder = past.gatewayDone = false; // what was dropped can be loaded again
+      past.journalBefore = null;
     }
     n = next;
   }
@@ -235,6 +236,7 @@ const past = {
   records: new WeakMap(), // element → its record, kept so that an update rewrites it whole
   noOlder: false, // the window's first item is the oldest kept on this device
   gatewayDone: false, // ... and the journal has nothing older either
+  journalBefore: null, // the lowest seq of the history pages read back (items not shown too)
   detached: false, // the newest items are not in the window
   loading: false,
   lastKey: 0, // the largest order key given or stored (orderKey)
@@ -263,6 +265,7 @@ async function openHistory(deviceId) {
   if (past.history) past.history.close();
   past.device = deviceId;
   past.noOlder = past.gatewayDone = false;
+  past.journalBefore = null;
   const generation = ++past.generation;
   const opened = await History.open(deviceId);
   if (generation !== past.generation) {
@@ -393,14 +396,19 @@ async function olderFromJournal(n) {
   if (past.gatewayDone || !c || !c.online || !c.hasHistory) return [];
   const seqs = [...ui.messages.children].map((e) => Number(e.dataset.jseq)).filter((s) => s > 0);
   if (!seqs.length && ui.messages.firstElementChild) return []; // nothing of the journal to go on from
+  // Below the page's items and below the last page read, even when nothing of that page
+  // could be shown (a newer gateway's entries): scrolling back never asks for it again.
+  const before = Math.min(...seqs, past.journalBefore ?? Infinity);
   let page;
   try {
-    page = await c.history(seqs.length ? Math.min(...seqs) : null, n);
+    page = await c.history(Number.isFinite(before) ? before : null, n);
   } catch {
     return []; // offline or refused: the next scroll tries again
   }
   if (client !== c) return [];
   if (!page.more) past.gatewayDone = true;
+  const read = page.items.map((i) => i.seq).filter((s) => Number.isInteger(s) && s > 0);
+  if (read.length) past.journalBefore = Math.min(before, ...read);
   return newRecords(page.items).then((records) => records.map((r) => {
     past.history?.put(r);
     return fromRecord(r);
