@@ -445,7 +445,13 @@ fn a_damaged_journal_is_moved_aside_and_a_new_one_started() {
             // L62: the new journal's seqs go on above any the old one can have handed out
             // (its unix ms), so a phone that kept one still gets all of the new journal.
             assert!(snapshot.seq_floor >= opened_at, "{snapshot:?}");
-            assert_eq!(Snapshot { seq_floor: 0, ..snapshot }, Snapshot::default());
+            assert_eq!(
+                Snapshot {
+                    seq_floor: 0,
+                    ..snapshot
+                },
+                Snapshot::default()
+            );
             moved
         }
         other => panic!("expected a new journal, got {other:?}"),
@@ -485,7 +491,13 @@ fn a_damaged_journal_is_moved_aside_and_a_new_one_started() {
             ..
         } => {
             assert!(snapshot.seq_floor > 200, "{snapshot:?}");
-            assert_eq!(Snapshot { seq_floor: 0, ..snapshot }, Snapshot::default());
+            assert_eq!(
+                Snapshot {
+                    seq_floor: 0,
+                    ..snapshot
+                },
+                Snapshot::default()
+            );
             assert_eq!(fs::read(&moved.to).unwrap(), bytes);
         }
         other => panic!("expected a new journal, got {other:?}"),
