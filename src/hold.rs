@@ -138,6 +138,15 @@ impl Hold {
         self.items.iter().map(|(at, _)| *at + max_age).min()
     }
 
+    /// The ids of the messages held.
+    pub fn message_ids(&self) -> Vec<MessageId> {
+        let ids = self.items.iter().filter_map(|(_, h)| match h {
+            Held::Message { id, .. } => Some(id.clone()),
+            Held::File { .. } => None,
+        });
+        ids.collect()
+    }
+
     pub fn take(&mut self) -> Vec<Held> {
         self.bytes = 0;
         self.items.drain(..).map(|(_, h)| h).collect()

@@ -132,3 +132,84 @@ fn a_replay_waits_for_its_seqs_on_disk_and_ready_never_names_an_unreserved_seq()
     assert_eq!(resumed["t"], "resumed");
     assert!(resumed["seq"].as_u64() >= second["seq"].as_u64());
 }
+
+#[test]
+fn a_live_change_made_while_the_replay_waits_for_its_seqs_comes_once() {
+    // L58 (review A #2b): the replay's ceiling is the device's latest seq at `hello`, not
+    // when the first page is read, or a change made in between comes twice.
+    let mut h = Harness::with_journal(Config::new(TOKEN));
+    let phone = h.connect("tel-1");
+    h.agent(reply("r1", "before"));
+    h.close(phone);
+    h.restart(true);
+    h.auto_commit = false;
+    h.agent(reply("r2", "after the restart"));
+    let conn = resume(&mut h, 0);
+    h.agent(reply("live", "during the wait"));
+    h.commit();
+    h.commit();
+    let frames = h.take(conn);
+    let got = texts(&frames);
+    assert_eq!(got.iter().filter(|t| *t == "during the wait").count(), 1, "{got:?}");
+    assert_eq!(got.iter().filter(|t| *t == "after the restart").count(), 1, "{got:?}");
+}
+
+#[test]
+fn with_history_off_a_reply_held_over_a_restart_reaches_a_phone_whose_replay_waited() {
+    // Issue 24's first bullet (review A #2a): the held output is marked sent only once the
+    // replay has read it, or with history off it is gone before the read.
+    let mut c = Config::new(TOKEN);
+    c.journal = Some(hermes_mobile::journal::JournalConfig {
+        history: false,
+        ..hermes_mobile::journal::JournalConfig::new()
+    });
+    c.push = Some(push_config());
+    let mut h = Harness::with_journal(c);
+    subscribe_and_lock(&mut h);
+    h.restart(true);
+    h.auto_commit = false;
+    h.agent(reply("r2", "held after the restart"));
+    h.commit();
+    h.restart(true);
+    h.agent(reply("r3", "held again, not yet reserved"));
+    let conn = resume(&mut h, 0);
+    h.commit();
+    h.commit();
+    let got = texts(&h.take(conn));
+    assert!(got.contains(&"held after the restart".to_owned()), "{got:?}");
+    assert!(got.contains(&"held again, not yet reserved".to_owned()), "{got:?}");
+}
+
+#[test]
+fn a_replay_cut_short_leaves_the_held_output_held() {
+    // Review A #2: the phone that dropped mid-replay gets its held output on the next hello.
+    let mut c = Config::new(TOKEN);
+    c.push = Some(push_config());
+    let mut h = Harness::with_journal(c);
+    subscribe_and_lock(&mut h);
+    h.agent(reply("r1", "held while locked"));
+    h.held_reads = Some(Vec::new());
+    let conn = resume(&mut h, 0);
+    h.close(conn);
+    h.answer_held_reads();
+    h.held_reads = None;
+    let (_, frames) = h.connect_frames("tel-1");
+    assert!(texts(&frames).contains(&"held while locked".to_owned()), "{frames:?}");
+}
+
+fn push_config() -> hermes_mobile::push::PushConfig {
+    use hermes_mobile::push::{AllowList, PushConfig};
+    let vapid = "BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8";
+    PushConfig::new(vapid, AllowList::new(["127.0.0.1:8443"]).unwrap())
+}
+
+/// The phone subscribes to push and locks: output for it is held (L45).
+fn subscribe_and_lock(h: &mut Harness) {
+    let phone = h.connect("tel-1");
+    let sub = json!({"t":"push_subscribe","id":"s1","subscription":{"endpoint":"https://127.0.0.1:8443/p",
+        "keys":{"p256dh":"BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4",
+        "auth":"BTBZMqHH6r4Tts7J_aSIgg"}}});
+    h.send(phone, sub);
+    h.take(phone);
+    h.close(phone);
+}

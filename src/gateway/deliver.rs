@@ -1,7 +1,8 @@
 //! `deliver` (S1–S5): a service's or the agent's message to a device, sent now or held for
 //! a device that can be notified (L45), and confirmed only once the journal keeps it.
 
-use super::journal::{stamp, HeldDelivery, Reply, Waiting};
+use super::journal::{stamp, HeldDelivery, Waiting};
+use super::keep::Reply;
 use super::Gateway;
 use crate::agent::CommandError;
 use crate::auth::Role;
@@ -41,9 +42,13 @@ impl Gateway {
         };
         let sender = &key;
         if let Some(target) = self.delivered.get(now, sender, id) {
-            // A repeat is confirmed before its media is decoded again.
+            // A repeat is confirmed before its media is decoded again, and only once the
+            // first is kept (issue 24 §2).
             let frame = delivered_frame(id, target, false);
-            return self.send(conn, frame);
+            if !self.join_held_delivery(conn, sender, id) {
+                self.send(conn, frame);
+            }
+            return;
         }
         let file = match d.media {
             None => None,
@@ -73,6 +78,7 @@ impl Gateway {
                 // issue 24 §2: `delivered` with `held` only once the hold is on disk.
                 let held = HeldDelivery {
                     conn,
+                    repeats: Vec::new(),
                     frame: delivered_frame(id, target.as_str(), true),
                     sender: sender.clone(),
                     id: id.to_owned(),
@@ -206,6 +212,11 @@ impl Gateway {
         }
         if let Some(f) = &file {
             growth += d.hold.file_growth(f.data.len())?;
+        }
+        // Text and file together, before either is kept: a delivery is held whole or not at
+        // all, or the journal would keep a part its sender was told failed.
+        if d.hold.bytes() + growth > crate::limits::MAX_HELD_BYTES {
+            return Err(CommandError::HoldFull);
         }
         if !self.make_hold_room(growth) {
             return Err(CommandError::HoldFull);

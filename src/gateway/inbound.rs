@@ -159,6 +159,11 @@ impl Gateway {
             }
             return self.begin_replay(conn, device, after);
         }
+        if self.latest_safe_seq(device) != self.latest_seq(device) {
+            // L57: held output after a restart carries seqs not yet reserved on disk; it
+            // goes once they are (or once the reservation failed: L62).
+            self.hold_back(conn);
+        }
         let cards: Vec<String> = self
             .prompts
             .for_device(device)
@@ -453,7 +458,6 @@ impl Gateway {
             return;
         };
         let seq = self.keep_card_closed(now, &card, &closed);
-        self.send(conn, super::journal::stamp(vec![frame], seq).remove(0));
         self.event_after_commit(AgentEvent::PromptAnswered {
             device: device.clone(),
             asked: card.asked(),
@@ -463,6 +467,9 @@ impl Gateway {
             label: applied.label,
             text: applied.text,
         });
+        // The phone shows the card answered only once the answer and what is owed to the
+        // agent are on disk: a crash before must leave the card open, not answered.
+        self.send_after_commit(conn, super::journal::stamp(vec![frame], seq).remove(0));
     }
 }
 

@@ -1,4 +1,4 @@
-//! The journal's write side (issue 24): which changes are kept, their seqs, and the answers
+//! The journal's write side (issue 24): records, seqs, and the answers
 //! that wait for a commit (`received`, a held `delivered`, `forgotten`).
 //!
 //! The core emits [`Record`]s as [`Output::Journal`]; the server's store applies them in
@@ -47,11 +47,19 @@ pub(super) enum Waiting {
     },
     /// Agent events behind this ticket may go (a message's id is on disk: L58).
     Events,
+    /// A frame that says something was done (`prompt_done` for the answering phone): after
+    /// the commit that keeps it, and after a failed one too, since it was done in memory.
+    Frame {
+        conn: ConnId,
+        frame: String,
+    },
 }
 
 #[derive(Debug)]
 pub(super) struct HeldDelivery {
     pub conn: ConnId,
+    /// Connections that repeated it (S4) before its commit: they get the same answer.
+    pub repeats: Vec<ConnId>,
     pub frame: String,
     pub sender: DeviceId,
     pub id: String,
@@ -154,6 +162,16 @@ impl Gateway {
     pub(super) fn keep(&mut self, record: Record) {
         if self.journal.is_some() {
             self.outputs.push_back(Output::Journal(record));
+        }
+    }
+
+    /// `frame` goes to `conn` once what came before it is committed (at once without a
+    /// journal).
+    pub(super) fn send_after_commit(&mut self, conn: ConnId, frame: String) {
+        if self.journal_on() {
+            self.confirm(Waiting::Frame { conn, frame });
+        } else {
+            self.send(conn, frame);
         }
     }
 
@@ -280,16 +298,14 @@ impl Gateway {
                     if let Some(j) = self.journal.as_mut() {
                         j.seqs.reserved(&device, upto);
                     }
-                    self.start_waiting_replays(&device);
-                    if let Some(conn) = self.devices.get(&device).and_then(|d| d.conn) {
-                        self.release(conn);
-                    }
+                    self.seqs_settled(&device);
                 }
                 Waiting::Received { conn, id, seq } => {
                     let frame = encode("received", &Received { id: id.into(), seq });
                     self.send_if_open(conn, frame);
                 }
-                Waiting::HeldDelivery(d) => self.send_if_open(d.conn, d.frame),
+                Waiting::HeldDelivery(d) => self.held_delivery_kept(*d),
+                Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
                 Waiting::Forgotten { conn, id } => {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
@@ -311,16 +327,18 @@ impl Gateway {
         while let Some(waiting) = self.pop_waiting(ticket) {
             match waiting {
                 Waiting::Reserve { device, .. } => {
+                    // Frames that waited for the block go now (L62: the gateway goes on
+                    // serving); the device's next seq asks for a block again.
                     if let Some(j) = self.journal.as_mut() {
                         j.seqs.reserve_failed(&device);
                     }
-                    // Ask again at once: frames of this device wait for it.
-                    self.top_up_seqs(&device);
+                    self.seqs_settled(&device);
                 }
                 Waiting::Received { conn, id, .. } => {
                     log::warn!("{conn:?}: message {id:?} not confirmed: the journal could not keep it");
                 }
                 Waiting::HeldDelivery(d) => self.undo_held_delivery(*d),
+                Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
                 Waiting::Forgotten { conn, id } => {
                     let r = Rejection::new(ErrorCode::InternalError, "the journal could not forget");
                     if self.conns.contains_key(&conn) {
@@ -329,6 +347,15 @@ impl Gateway {
                 }
                 Waiting::Events => {}
             }
+        }
+    }
+
+    /// The device's reservation settled: what waited for it (a replay, held-back frames)
+    /// goes on.
+    fn seqs_settled(&mut self, device: &DeviceId) {
+        self.start_waiting_replays(device);
+        if let Some(conn) = self.devices.get(device).and_then(|d| d.conn) {
+            self.release(conn);
         }
     }
 
@@ -398,6 +425,29 @@ impl Gateway {
         }
     }
 
+    /// A repeat (S4) of a held delivery still waiting for its commit waits with it and gets
+    /// the same answer: `delivered` before the commit could be a promise the disk breaks.
+    /// Returns whether there was one to wait for.
+    pub(super) fn join_held_delivery(&mut self, conn: ConnId, sender: &DeviceId, id: &str) -> bool {
+        let Some(j) = self.journal.as_mut() else { return false };
+        let waiting = j.waiting.iter_mut().find_map(|(_, w)| match w {
+            Waiting::HeldDelivery(d) if d.sender == *sender && d.id == id => Some(d),
+            _ => None,
+        });
+        let Some(d) = waiting else { return false };
+        // Each connection is answered once: a flood of repeats costs nothing more.
+        if d.conn != conn && !d.repeats.contains(&conn) {
+            d.repeats.push(conn);
+        }
+        true
+    }
+
+    fn held_delivery_kept(&mut self, d: HeldDelivery) {
+        for conn in std::iter::once(d.conn).chain(d.repeats) {
+            self.send_if_open(conn, d.frame.clone());
+        }
+    }
+
     fn undo_held_delivery(&mut self, d: HeldDelivery) {
         self.delivered.remove(&d.sender, &d.id);
         if let Some(dev) = self.devices.get_mut(&d.target) {
@@ -408,9 +458,11 @@ impl Gateway {
             d.id,
             d.target
         );
-        let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online");
-        if self.conns.contains_key(&d.conn) {
-            self.send_error(d.conn, &r.with_id(Some(&d.id)), false);
+        let r = Rejection::new(ErrorCode::DeviceOffline, "target device is not online").with_id(Some(&d.id));
+        for conn in std::iter::once(d.conn).chain(d.repeats) {
+            if self.conns.contains_key(&conn) {
+                self.send_error(conn, &r, false);
+            }
         }
     }
 
@@ -453,178 +505,4 @@ impl Gateway {
             self.send(conn, frame);
         }
     }
-}
-
-impl Gateway {
-    /// A card opened: kept open with its deadline. Returns its seq (0 without a journal).
-    pub(super) fn keep_card_open(&mut self, now: Time, card: &mut crate::prompts::Card) -> u64 {
-        if !self.journal_on() {
-            return 0;
-        }
-        let seq = self.next_seq(&card.device);
-        card.journal_seq = seq;
-        self.put(NewEntry {
-            device: &card.device,
-            key: format!("p:{}", card.id.as_str()),
-            seq,
-            first_seq: seq,
-            at: now,
-            held: false,
-            deadline: Some(card.expires_at),
-            body: card.body(None),
-            blob: None,
-        });
-        seq
-    }
-
-    /// A card closed: kept with how. Returns the seq of its closing (0 without a journal).
-    pub(super) fn keep_card_closed(
-        &mut self,
-        now: Time,
-        card: &crate::prompts::Card,
-        closed: &crate::prompts::Closed,
-    ) -> u64 {
-        if !self.journal_on() {
-            return 0;
-        }
-        let seq = self.next_seq(&card.device);
-        self.put(NewEntry {
-            device: &card.device,
-            key: format!("p:{}", card.id.as_str()),
-            seq,
-            first_seq: card.journal_seq,
-            at: now,
-            held: false,
-            deadline: None,
-            body: card.body(Some(closed)),
-            blob: None,
-        });
-        seq
-    }
-
-    /// A version of a reply: its first and final versions are kept, and the ones between
-    /// at most once a second (issue 24 §1). Returns the seq its frames carry: that of the
-    /// latest version kept.
-    pub(super) fn keep_reply(
-        &mut self,
-        now: Time,
-        device: &DeviceId,
-        message: &crate::ids::MessageId,
-        version: Reply<'_>,
-    ) -> u64 {
-        if !self.journal_on() {
-            return 0;
-        }
-        let prior = self.devices.get(device).and_then(|d| d.journaled.get(message).copied());
-        // A held version is a promise (the agent is told it is kept): always written.
-        let due = prior.is_none_or(|(_, _, at)| version.done || version.held || now >= at + STREAM_JOURNAL_INTERVAL);
-        if !due {
-            return prior.map_or(0, |(_, seq, _)| seq);
-        }
-        let seq = self.next_seq(device);
-        let first = prior.map_or(seq, |(first, _, _)| first);
-        if let Some(d) = self.devices.get_mut(device) {
-            if version.done {
-                d.journaled.remove(message);
-            } else {
-                d.journaled.insert(message.clone(), (first, seq, now));
-            }
-        }
-        if self.history_on() || version.held {
-            self.put(NewEntry {
-                device,
-                key: format!("m:{}", message.as_str()),
-                seq,
-                first_seq: first,
-                at: now,
-                held: version.held,
-                deadline: None,
-                body: Body::message(message.as_str(), version.text, version.done, version.edit),
-                blob: None,
-            });
-        }
-        seq
-    }
-
-    /// A file to the device (the agent's, or a delivery's): kept with its bytes while held.
-    pub(super) fn keep_file(
-        &mut self,
-        now: Time,
-        device: &DeviceId,
-        id: &str,
-        file: &crate::agent::OutgoingFile,
-        held: bool,
-    ) -> u64 {
-        if !self.journal_on() {
-            return 0;
-        }
-        let seq = self.next_seq(device);
-        if self.history_on() || held {
-            let mut body = Body::file(
-                false,
-                id,
-                file.kind.as_str(),
-                &file.mime,
-                &file.filename,
-                file.data.len(),
-            );
-            body.caption = file.caption.clone();
-            body.reply_to = file.reply_to.clone();
-            body.stored = self.save_sent_file(device, file);
-            self.put(NewEntry {
-                device,
-                key: format!("f:{id}"),
-                seq,
-                first_seq: seq,
-                at: now,
-                held,
-                deadline: None,
-                body,
-                blob: held.then(|| file.data.clone()),
-            });
-        }
-        seq
-    }
-
-    /// A message the person sent, accepted (I2 across restarts, issue 24 §1): its id in the
-    /// dedup window with its seq, and in history its text or metadata. `received` follows
-    /// the commit on a connection that resumed.
-    pub(super) fn keep_user_message(
-        &mut self,
-        now: Time,
-        conn: ConnId,
-        device: &DeviceId,
-        id: &str,
-        body: impl FnOnce() -> Body,
-    ) -> u64 {
-        if !self.journal_on() {
-            return 0;
-        }
-        let seq = self.next_seq(device);
-        if self.history_on() {
-            self.put(NewEntry {
-                device,
-                key: format!("u:{id}"),
-                seq,
-                first_seq: seq,
-                at: now,
-                held: false,
-                deadline: None,
-                body: body(),
-                blob: None,
-            });
-        }
-        self.keep_dedup(Window::Seen, device, id, now, seq.to_string());
-        self.confirm_received(conn, id, seq);
-        seq
-    }
-}
-
-/// One version of a reply, as [`Gateway::keep_reply`] keeps it.
-pub(super) struct Reply<'a> {
-    pub text: &'a str,
-    pub done: bool,
-    pub held: bool,
-    /// The phone saw an earlier version (L6).
-    pub edit: bool,
 }

@@ -10,6 +10,7 @@ mod deliver;
 mod device;
 mod inbound;
 mod journal;
+mod keep;
 mod media;
 mod outbound;
 mod push;
@@ -416,10 +417,18 @@ impl Gateway {
     }
 
     fn close(&mut self, conn: ConnId, code: u16, reason: &'static str) {
-        // What waited behind a replay goes before the close (an error frame, say).
+        // What waited behind a replay goes before the close (an error frame, say), except
+        // frames whose seqs are not yet reserved on disk (L57): those the journal gives the
+        // next resume.
+        let safe = self.conns.get(&conn).is_none_or(|c| match &c.state {
+            ConnState::Ready { device, .. } => self.latest_safe_seq(device) == self.latest_seq(device),
+            ConnState::AwaitingHello => true,
+        });
         let waiting = self.conns.get_mut(&conn).and_then(|c| c.held_back.take());
         for frame in waiting.unwrap_or_default() {
-            self.outputs.push_back(Output::Send { conn, frame });
+            if safe || !crate::wire::journal::has_seq(&frame) {
+                self.outputs.push_back(Output::Send { conn, frame });
+            }
         }
         if self.forget_conn(conn) {
             self.outputs.push_back(Output::Close { conn, code, reason });
@@ -477,7 +486,11 @@ impl Gateway {
                 .map(|(id, _)| id.clone());
             if let Some(oldest) = oldest {
                 log::info!("device {oldest:?}: forgotten, {MAX_KNOWN_DEVICES} devices known (L32)");
-                self.devices.remove(&oldest);
+                if let Some(mut gone) = self.devices.remove(&oldest) {
+                    // Its hold goes with it on disk too, or a restart would bring it back.
+                    let keys = gone.hold.take().iter().map(|h| h.key()).collect();
+                    self.keep_unheld(&oldest, keys);
+                }
             }
         }
         let now = self.now;

@@ -82,6 +82,12 @@ impl Gateway {
         let Some(body) = Body::parse(&entry.body) else {
             return false;
         };
+        // The same bound in all as while running (L32): what does not fit is held no more.
+        let bytes = entry.blob.as_ref().map_or(0, Vec::len) + body.text.as_ref().map_or(0, String::len);
+        if !self.make_hold_room(bytes) {
+            self.keep_unheld(&entry.device, vec![entry.key]);
+            return true;
+        }
         let d = self.device_entry(&entry.device);
         let result = match body.t.as_str() {
             "message" => d.hold.message(
@@ -98,7 +104,10 @@ impl Gateway {
             },
             _ => return false,
         };
-        result.is_ok()
+        if result.is_err() {
+            self.keep_unheld(&entry.device, vec![entry.key]);
+        }
+        true
     }
 
     fn restore_card(&mut self, now: Time, entry: Entry) -> bool {
@@ -118,33 +127,42 @@ impl Gateway {
     }
 
     /// `hello` with `resume`: everything after `after` comes from the journal first; frames
-    /// for the connection wait behind it (L58). What the hold had is in that read: the
-    /// records went before it, in order.
+    /// for the connection wait behind it (L58). What the hold has is in that read (the
+    /// records went before it, in order), and stays held until the replay has sent it: a
+    /// replay cut short loses none of it.
     pub(super) fn begin_replay(&mut self, conn: ConnId, device: &DeviceId, after: u64) {
         if let Some(c) = self.conns.get_mut(&conn) {
             c.replaying = true;
         }
         self.hold_back(conn);
+        // Fixed now: output made from here on goes live (held back behind the replay), so a
+        // page must leave it out even when the first read waits for the device's seqs.
+        let ceiling = self.latest_seq(device).unwrap_or(0);
         let replay = Replay {
             conn,
             device: device.clone(),
             after,
-            ceiling: 0,
+            ceiling,
         };
         match self.journal.as_mut() {
             Some(j) if !j.seqs.is_safe(device) => j.replays_waiting.push(replay),
             _ => self.start_replay(replay),
         }
+        // L6: the phone sees the held versions in the replay; later ones are edits.
+        let Some(d) = self.devices.get_mut(device) else { return };
+        let held: Vec<MessageId> = d.hold.message_ids();
+        for id in held {
+            if let Some(saw) = d.streams.get_mut(&id) {
+                *saw = true;
+            }
+        }
+    }
+
+    /// The replay sent the device's held output: it is held no more.
+    fn replay_sent_hold(&mut self, device: &DeviceId) {
         let Some(d) = self.devices.get_mut(device) else { return };
         d.hold_slot = None;
         let keys: Vec<String> = d.hold.take().iter().map(|h| h.key()).collect();
-        for held in &keys {
-            if let Some(id) = held.strip_prefix("m:") {
-                if let Some(saw) = d.streams.get_mut(&MessageId(id.to_owned())) {
-                    *saw = true;
-                }
-            }
-        }
         self.keep_unheld(device, keys);
     }
 
@@ -162,8 +180,7 @@ impl Gateway {
 
     /// The first page, once every seq the device was given is reserved on disk: the
     /// replay's frames may carry any of them.
-    fn start_replay(&mut self, mut replay: Replay) {
-        replay.ceiling = self.latest_seq(&replay.device).unwrap_or(0);
+    fn start_replay(&mut self, replay: Replay) {
         let after = replay.after;
         self.read_replay_page(replay, after);
     }
@@ -222,6 +239,7 @@ impl Gateway {
         if let (true, Some(cursor)) = (page.more, cursor) {
             return self.read_replay_page(replay, cursor);
         }
+        self.replay_sent_hold(&replay.device);
         let seq = self.latest_safe_seq(&replay.device).unwrap_or(0);
         self.outputs.push_back(super::Output::Send {
             conn,

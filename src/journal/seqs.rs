@@ -18,7 +18,8 @@ pub const MAX_SEQ_DEVICES: usize = 4096;
 struct Range {
     /// The latest seq handed out.
     last: u64,
-    /// Seqs up to this are reserved on disk: frames may carry them.
+    /// Frames may carry seqs up to this: reserved on disk, or given up on after a failed
+    /// reservation (L62: a disk that fails must not stop the gateway serving).
     safe: u64,
     /// Seqs up to this were asked for (safe once committed).
     asked: u64,
@@ -115,9 +116,13 @@ impl Seqs {
         }
     }
 
-    /// A reservation failed: ask again at the next seq.
+    /// A reservation failed: the seqs handed out go to the client anyway, since holding
+    /// frames until the disk recovers would stop the device's output for good (L62). A
+    /// crash may then hand them out again, which a client reads as a new journal (its seq
+    /// above `ready.seq`). The next seq asks for a block again.
     pub fn reserve_failed(&mut self, device: &DeviceId) {
         if let Some(r) = self.devices.get_mut(device) {
+            r.safe = r.safe.max(r.last);
             r.asked = r.safe;
         }
     }

@@ -106,10 +106,27 @@ pub fn with_seq(mut frame: String, seq: u64) -> String {
     frame
 }
 
+/// Whether `frame` carries a seq that [`with_seq`] put on it.
+pub fn has_seq(frame: &str) -> bool {
+    let Some(at) = frame.rfind("\"seq\":") else {
+        return false;
+    };
+    let tail = &frame[at + "\"seq\":".len()..];
+    let digits = tail.strip_suffix('}').unwrap_or("");
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::wire::parse_client_frame;
+
+    #[test]
+    fn a_seq_put_on_a_frame_is_seen_and_text_that_looks_like_one_is_not() {
+        assert!(has_seq(&with_seq(r#"{"t":"message","text":"hi"}"#.into(), 7)));
+        assert!(!has_seq(r#"{"t":"message","text":"\"seq\":7}"}"#));
+        assert!(!has_seq(r#"{"t":"error","code":"bad_frame"}"#));
+    }
 
     #[test]
     fn history_limits_are_cut_or_refused() {

@@ -1,0 +1,239 @@
+//! The journal's promises when the disk fails or the process dies between a change and its
+//! commit (issue 24 §2, §4; decisions-local L57, L58, L62; review A of the journal): nothing
+//! is confirmed before it is kept, and a failing disk never stops the gateway serving.
+mod common;
+
+use common::*;
+use hermes_mobile::push::{AllowList, PushConfig};
+use hermes_mobile::{AgentCommand, AgentEvent, Config, DeviceId, MessageId, PromptId, PromptRequest};
+use serde_json::{json, Value};
+
+const KEY: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
+const AUTH: &str = "BTBZMqHH6r4Tts7J_aSIgg";
+const VAPID: &str = "BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8";
+const SERVICE: &str = "cron-token-0123456789";
+
+fn harness() -> Harness {
+    let mut c = Config::new(TOKEN);
+    c.deliver_tokens = vec![SERVICE.into()];
+    c.push = Some(PushConfig::new(VAPID, AllowList::new(["127.0.0.1:8443"]).unwrap()));
+    Harness::with_journal(c)
+}
+
+fn reply(device: &str, id: &str, text: &str) -> AgentCommand {
+    AgentCommand::Reply {
+        device: DeviceId::from(device),
+        message: MessageId::from(id),
+        text: text.into(),
+        done: true,
+    }
+}
+
+fn hello_resume(h: &mut Harness, device: &str, after: u64) -> (hermes_mobile::ConnId, Vec<Value>) {
+    let conn = h.open();
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":device},"resume":{"after":after}}),
+    );
+    let frames = h.take(conn);
+    (conn, frames)
+}
+
+fn subscribed_and_gone(h: &mut Harness, device: &str) {
+    let phone = h.connect(device);
+    let sub = json!({"t":"push_subscribe","id":"s1","subscription":{"endpoint":"https://127.0.0.1:8443/p","keys":{"p256dh":KEY,"auth":AUTH}}});
+    h.send(phone, sub);
+    h.take(phone);
+    h.close(phone);
+}
+
+fn service(h: &mut Harness) -> hermes_mobile::ConnId {
+    let c = h.open();
+    h.send(c, json!({"t":"hello","token":SERVICE,"device":{"id":"cron"}}));
+    h.take(c);
+    c
+}
+
+#[test]
+fn a_disk_that_keeps_failing_does_not_stop_the_device_s_output() {
+    // L62 (review A #1): a reservation that fails lets the frames waiting for it go.
+    let mut h = harness();
+    let p = h.connect("tel-1");
+    h.close(p);
+    h.restart(false);
+    h.auto_commit = false;
+    let phone = h.connect("tel-1");
+    h.fail_commit();
+    h.agent(reply("tel-1", "r1", "hello"));
+    h.send(phone, json!({"t":"ping","ts":1}));
+    for _ in 0..3 {
+        h.fail_commit();
+    }
+    let got = h.take(phone);
+    assert!(got.iter().any(|f| f["text"] == "hello"), "goes on serving: {got:?}");
+    assert!(got.iter().any(|f| f["t"] == "pong"), "{got:?}");
+    assert!(!h.closed.contains_key(&phone), "not closed: {:?}", h.closed);
+}
+
+#[test]
+fn a_card_answer_is_confirmed_only_once_it_is_on_disk() {
+    // Review A #3: `prompt_done` before the commit, then a SIGKILL, would show the card
+    // answered while the agent never gets the answer.
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.agent(AgentCommand::OpenPrompt {
+        device: DeviceId::from("tel-1"),
+        prompt: PromptId::from("c1"),
+        request: PromptRequest::ExecApproval {
+            command: "rm -rf build".into(),
+            description: "clean".into(),
+            options: vec![],
+        },
+        ttl_secs: Some(300),
+    });
+    h.take(phone);
+    h.auto_commit = false;
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"once"}));
+    assert!(only(h.take(phone), "prompt_done").is_empty(), "not before the commit");
+    h.commit();
+    let done = only(h.take(phone), "prompt_done");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0]["option_id"], "once");
+    let answered = h
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::PromptAnswered { .. }));
+    assert!(answered);
+}
+
+#[test]
+fn a_card_answered_just_before_a_sigkill_is_open_again_after_it() {
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.agent(AgentCommand::OpenPrompt {
+        device: DeviceId::from("tel-1"),
+        prompt: PromptId::from("c1"),
+        request: PromptRequest::ExecApproval {
+            command: "make".into(),
+            description: "build".into(),
+            options: vec![],
+        },
+        ttl_secs: Some(300),
+    });
+    h.take(phone);
+    h.auto_commit = false;
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"once"}));
+    assert!(only(h.take(phone), "prompt_done").is_empty());
+    h.restart(true);
+    h.auto_commit = true;
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"once"}));
+    assert_eq!(
+        only(h.take(phone), "prompt_done").len(),
+        1,
+        "the card could be answered again"
+    );
+    let answered = h
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, AgentEvent::PromptAnswered { .. }));
+    assert!(answered);
+}
+
+#[test]
+fn a_repeated_deliver_waits_for_the_first_one_s_commit_and_shares_its_failure() {
+    // Issue 24 §2, S4 (review A #4).
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let (a, b) = (service(&mut h), service(&mut h));
+    let d = json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"x"});
+    h.send(a, d.clone());
+    h.send(b, d.clone());
+    h.send(b, d);
+    assert!(
+        h.take(b).is_empty(),
+        "a repeat is not confirmed before the first is kept"
+    );
+    h.fail_commit();
+    let got = h.take(b);
+    assert_eq!(got.len(), 1, "answered once: {got:?}");
+    assert_eq!(error_of(&got)["code"], "device_offline");
+    assert_eq!(error_of(&h.take(a))["code"], "device_offline");
+}
+
+#[test]
+fn a_repeated_deliver_is_confirmed_with_the_first_once_it_is_kept() {
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let (a, b) = (service(&mut h), service(&mut h));
+    let d = json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"x"});
+    h.send(a, d.clone());
+    h.send(b, d);
+    h.commit();
+    for conn in [a, b] {
+        let got = only(h.take(conn), "delivered");
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0]["held"], true);
+    }
+}
+
+#[test]
+fn a_delivery_too_big_for_the_hold_as_a_whole_is_refused_and_nothing_of_it_is_kept() {
+    // Review A #9: text and file are checked together, before either is kept.
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    let svc = service(&mut h);
+    let data = vec![7u8; 8 * 1024 * 1024];
+    let d = json!({"t":"deliver","id":"d1","target":"mobile:tel-1","text":"the report",
+        "media":{"kind":"document","mime":"application/octet-stream","filename":"r.bin","data":b64(&data)}});
+    h.send(svc, d);
+    assert_eq!(error_of(&h.take(svc))["code"], "device_offline");
+    let entries = h.journal.as_ref().unwrap().entries(&DeviceId::from("tel-1"));
+    assert!(entries.iter().all(|e| !e.held), "nothing held on disk: {entries:?}");
+    h.restart(false);
+    let (_, frames) = h.connect_frames("tel-1");
+    assert!(
+        !frames.iter().any(|f| f["t"] == "media" || f["t"] == "message"),
+        "refused means not sent: {frames:?}"
+    );
+}
+
+#[test]
+fn a_device_forgotten_past_the_cap_leaves_nothing_held_on_disk() {
+    // L32 (review A #6): an evicted device is forgotten with what it held, restarts too.
+    let mut h = harness();
+    for i in 0..=256 {
+        let d = format!("v{i}");
+        h.advance_ms(1);
+        subscribed_and_gone(&mut h, &d);
+        h.agent(reply(&d, "r", "x"));
+    }
+    let v0 = h.journal.as_ref().unwrap().entries(&DeviceId::from("v0"));
+    assert!(v0.iter().all(|e| !e.held), "still held on disk: {v0:?}");
+}
+
+#[test]
+fn held_output_after_a_restart_goes_to_a_hello_without_resume_only_once_its_seq_is_reserved() {
+    // L57 (review A #7): a SIGKILL before the reservation must not hand the same seq out.
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.restart(true);
+    h.auto_commit = false;
+    h.agent(reply("tel-1", "r1", "one"));
+    let (phone, frames) = h.connect_frames("tel-1");
+    assert!(only(frames, "message").is_empty(), "not before its seq is on disk");
+    h.commit();
+    h.commit();
+    let s1 = only(h.take(phone), "message")[0]["seq"].as_u64().unwrap();
+    h.close(phone);
+    h.restart(true);
+    h.auto_commit = true;
+    h.agent(reply("tel-1", "r2", "two"));
+    let (_, f) = h.connect_frames("tel-1");
+    let s2 = only(f, "message")[0]["seq"].as_u64().unwrap();
+    assert!(s2 > s1, "never a seq twice: {s1} then {s2}");
+}
