@@ -35,7 +35,7 @@ fn drain(link: &mut AgentLink) -> Drained {
     let (mut lines, mut commands, mut closed) = (Vec::new(), Vec::new(), Vec::new());
     while let Some(out) = link.poll_output() {
         match out {
-            LinkOutput::Write { peer, line } => {
+            LinkOutput::Write { peer, line, .. } => {
                 assert!(
                     line.ends_with('\n') && !line[..line.len() - 1].contains('\n'),
                     "one line: {line}"

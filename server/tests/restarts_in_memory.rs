@@ -249,6 +249,23 @@ fn a_received_message_the_agent_never_had_is_handed_over_again_after_a_sigkill()
 }
 
 #[test]
+fn a_message_whose_line_the_agent_never_read_is_handed_over_again_after_a_sigkill() {
+    // L64 (review B #1): the agent has an event once its line is written whole, not when
+    // the line is queued in the gateway's outbox, which a crash takes with it.
+    let mut d = link();
+    d.attach_agent();
+    d.take_lines();
+    d.stalled_link = true;
+    let (phone, _) = d.hello("tel-1", Some(0));
+    d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    assert_eq!(only(&d.take(phone), "received").len(), 1);
+    d.restart(true);
+    d.stalled_link = false;
+    d.attach_agent();
+    assert_eq!(messages(&d.take_lines()), [("m1".to_owned(), true)], "owed still");
+}
+
+#[test]
 fn a_message_reaches_the_link_only_once_its_id_is_committed() {
     // A crash can never make the agent act twice on one id (L61).
     let mut d = link();

@@ -30,14 +30,20 @@ pub struct Origin {
 /// What the link asks the server to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LinkOutput {
-    /// Write this line (with its newline) to the peer.
-    Write { peer: PeerId, line: String },
+    /// Write this line (with its newline) to the peer. `owed`: the event the line carries
+    /// is owed to the agent (L64) until the line's last byte has left the gateway; the
+    /// server then tells the core's journal.
+    Write {
+        peer: PeerId,
+        line: String,
+        owed: Option<EventKey>,
+    },
     /// End the peer's connection (after what was written to it).
     Close { peer: PeerId, reason: String },
     /// Apply this command to the core; then report with [`AgentLink::handle_outcome`].
     Command { origin: Origin, command: Box<LinkCommand> },
-    /// The event was written to the agent, or given up (its queue was full, or it waited
-    /// too long): tell the core's journal it is owed no more (L64).
+    /// The event was given up (its queue was full, or it waited too long): tell the core's
+    /// journal it is owed no more (L64). One written is told through `Write::owed`.
     Handed(EventKey),
 }
 
@@ -225,7 +231,7 @@ impl AgentLink {
     }
 
     fn write(&mut self, peer: PeerId, line: String) {
-        self.outputs.push_back(LinkOutput::Write { peer, line });
+        self.outputs.push_back(LinkOutput::Write { peer, line, owed: None });
     }
 
     fn refuse(&mut self, peer: PeerId, error: LineError) {
@@ -439,8 +445,8 @@ impl AgentLink {
         let inline_file = FileHandover::Inline;
         let file = if inline { Some(&inline_file) } else { file };
         let line = event_line(event, file);
-        self.write(peer, line);
-        self.handed(event);
+        let owed = EventKey::of(event);
+        self.outputs.push_back(LinkOutput::Write { peer, line, owed });
     }
 
     fn handed(&mut self, event: &AgentEvent) {

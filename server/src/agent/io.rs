@@ -29,12 +29,16 @@ pub enum AgentIo {
     Load { tag: LoadTag, path: PathBuf, limit: usize },
     /// Write this file atomically (a device's conversation).
     Persist { path: PathBuf, contents: Vec<u8> },
-    /// A line (with its newline) for a peer of the agent link.
-    Write { peer: PeerId, line: String },
+    /// A line (with its newline) for a peer of the agent link; `owed`: the event it
+    /// carries, owed to the agent until the line is written (L64).
+    Write {
+        peer: PeerId,
+        line: String,
+        owed: Option<EventKey>,
+    },
     /// End a peer of the agent link.
     Close { peer: PeerId, reason: String },
-    /// The agent link wrote this event to the agent, or gave it up: the journal owes it
-    /// no more (L64).
+    /// The agent has this event, or it was given up: the journal owes it no more (L64).
     Handed(EventKey),
 }
 
@@ -46,7 +50,7 @@ impl std::fmt::Debug for AgentIo {
             AgentIo::Cancel(id) => write!(f, "Cancel({})", id.0),
             AgentIo::Load { tag, path, limit } => write!(f, "Load({tag}, {path:?}, {limit})"),
             AgentIo::Persist { path, contents } => write!(f, "Persist({path:?}, {} bytes)", contents.len()),
-            AgentIo::Write { peer, line } => write!(f, "Write({}, {} bytes)", peer.0, line.len()),
+            AgentIo::Write { peer, line, .. } => write!(f, "Write({}, {} bytes)", peer.0, line.len()),
             AgentIo::Close { peer, reason } => write!(f, "Close({}, {reason:?})", peer.0),
             AgentIo::Handed(key) => write!(f, "Handed({:?}, {:?})", key.device, key.key),
         }

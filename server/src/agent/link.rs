@@ -96,7 +96,7 @@ impl LinkAgent {
     fn pull(&mut self) {
         while let Some(out) = self.link.poll_output() {
             match out {
-                LinkOutput::Write { peer, line } => self.io.push_back(AgentIo::Write { peer, line }),
+                LinkOutput::Write { peer, line, owed } => self.io.push_back(AgentIo::Write { peer, line, owed }),
                 LinkOutput::Close { peer, reason } => self.io.push_back(AgentIo::Close { peer, reason }),
                 LinkOutput::Command { origin, command } => self.commands.push_back((origin, *command)),
                 LinkOutput::Handed(key) => self.io.push_back(AgentIo::Handed(key)),

@@ -56,7 +56,7 @@ impl Server {
             {
                 self.link_out.push(io)
             }
-            WiringIo::LinkWrite { peer, line } => self.write_link_line(peer, line, now),
+            WiringIo::LinkWrite { peer, line, owed } => self.write_link_line(peer, line, owed, now),
             WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),
             WiringIo::SaveFile { ticket, event } => self.files.save(ticket, event),
             WiringIo::SaveMedia { name, data } => self.files.save_media(name, data),

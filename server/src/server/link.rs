@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use hermes_mobile::agent_link::{LineItem, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use mio::Token;
 
 use super::link_transports::{PeerHome, ReadEnd};
@@ -28,19 +29,33 @@ impl Server {
         // What the results decided leaves with the rest of the batch, in `run`'s drive.
     }
 
-    pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, now: Instant) {
+    /// A line for a peer of the link. An owed event it carries is the agent's once the
+    /// line is written whole (L64): on a pipe or socket when its last byte left our
+    /// outbox; on `/agent` when tungstenite took the message (its buffer is the socket's).
+    /// A peer that is gone leaves it owed, for the next start.
+    pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, owed: Option<EventKey>, now: Instant) {
         match self.link_transports.home(peer) {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
                 line.pop(); // a WebSocket message is the line without its newline
                 self.conns.queue(key, line);
+                self.wiring.handle_link_written(owed.into_iter().collect());
             }
             Some(PeerHome::Ws(..)) => {}
             Some(home) => {
-                if let Err(why) = self.link_transports.write(home, line) {
+                if let Err(why) = self.link_transports.write(home, line, owed) {
                     self.end_link_peer(peer, &why, now);
                 }
+                self.link_lines_written();
             }
             None => {}
+        }
+    }
+
+    /// Tells the core which owed events' lines were written whole.
+    pub(super) fn link_lines_written(&mut self) {
+        let keys = self.link_transports.take_written();
+        if !keys.is_empty() {
+            self.wiring.handle_link_written(keys);
         }
     }
 
@@ -67,6 +82,7 @@ impl Server {
             PeerHome::Unix(key) => {
                 log::info!("agent link: peer {} closed: {reason}", peer.0);
                 self.link_transports.close_unix(self.poll.registry(), key);
+                self.link_lines_written();
             }
         }
         let t = self.time(now);
@@ -130,7 +146,9 @@ impl Server {
     }
 
     pub(super) fn flush_link_peer(&mut self, home: PeerHome, now: Instant) {
-        if let Err(why) = self.link_transports.flush(home) {
+        let flushed = self.link_transports.flush(home);
+        self.link_lines_written();
+        if let Err(why) = flushed {
             let peer = match home {
                 PeerHome::Child => self.link_transports.child_peer(),
                 _ => self.link_transports.unix_peer_of_home(home),

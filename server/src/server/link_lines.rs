@@ -6,6 +6,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read, Write};
 
 use hermes_mobile::agent_link::{LineItem, LineReader, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::limits::MAX_FRAME_BYTES;
 
 /// Bytes read per `read` call.
@@ -18,28 +19,30 @@ const BYTES_PER_TURN: usize = 1024 * 1024;
 /// Bytes queued for a peer, written as it accepts them.
 #[derive(Default)]
 pub struct Outbox {
-    lines: VecDeque<Vec<u8>>,
+    /// Each line with the event it carries, if that is owed to the agent (L64).
+    lines: VecDeque<(Vec<u8>, Option<EventKey>)>,
     /// Bytes of the front line already written.
     written: usize,
     pub bytes: usize,
 }
 
 impl Outbox {
-    pub fn push(&mut self, line: String) {
+    pub fn push(&mut self, line: String, owed: Option<EventKey>) {
         self.bytes += line.len();
-        self.lines.push_back(line.into_bytes());
+        self.lines.push_back((line.into_bytes(), owed));
     }
 
-    /// Writes until empty or `WouldBlock`.
-    pub fn flush(&mut self, out: &mut impl Write) -> io::Result<()> {
-        while let Some(front) = self.lines.front() {
+    /// Writes until empty or `WouldBlock`. The owed events of lines written whole go to
+    /// `done`: only then has the agent got them (a line still queued dies with the process).
+    pub fn flush(&mut self, out: &mut impl Write, done: &mut Vec<EventKey>) -> io::Result<()> {
+        while let Some((front, _)) = self.lines.front() {
             match out.write(&front[self.written..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => {
                     self.written += n;
                     self.bytes -= n;
                     if self.written == front.len() {
-                        self.lines.pop_front();
+                        done.extend(self.lines.pop_front().and_then(|(_, owed)| owed));
                         self.written = 0;
                     }
                 }
@@ -134,16 +137,24 @@ mod tests {
                 Ok(())
             }
         }
+        let key = |k: &str| EventKey {
+            device: hermes_mobile::DeviceId::from("tel-1"),
+            key: k.into(),
+        };
         let mut out = Outbox::default();
-        out.push("hello\n".into());
-        out.push("world\n".into());
+        out.push("hello\n".into(), Some(key("m1")));
+        out.push("world\n".into(), Some(key("m2")));
         let mut sink = Trickle(Vec::new(), 8);
-        out.flush(&mut sink).unwrap();
+        let mut done = Vec::new();
+        out.flush(&mut sink, &mut done).unwrap();
         assert_eq!(sink.0, b"hello\nwo");
         assert_eq!(out.bytes, 4);
+        // L64 (review B #1): an event is the agent's only once its whole line is written.
+        assert_eq!(done, vec![key("m1")]);
         sink.1 = 100;
-        out.flush(&mut sink).unwrap();
+        out.flush(&mut sink, &mut done).unwrap();
         assert_eq!(sink.0, b"hello\nworld\n");
         assert_eq!(out.bytes, 0);
+        assert_eq!(done, vec![key("m1"), key("m2")]);
     }
 }

@@ -12,6 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use hermes_mobile::agent_link::{LineItem, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use mio::net::{UnixListener, UnixStream};
 use mio::unix::pipe;
 use mio::{Interest, Registry, Token};
@@ -97,6 +98,8 @@ pub struct LinkTransports {
     unix: Slab<UnixPeer>,
     homes: HashMap<PeerId, PeerHome>,
     next_peer: u64,
+    /// Owed events whose lines were written whole, for the core (L64): [`Self::take_written`].
+    written: Vec<EventKey>,
 }
 
 impl LinkTransports {
@@ -111,6 +114,7 @@ impl LinkTransports {
             listener: None,
             unix: Slab::new(),
             homes: HashMap::new(),
+            written: Vec::new(),
             next_peer: 1,
         }
     }
@@ -435,7 +439,7 @@ impl LinkTransports {
     pub fn close_unix(&mut self, registry: &Registry, key: usize) {
         if self.unix.contains(key) {
             let mut p = self.unix.remove(key);
-            let _ = p.io.outbox.flush(&mut p.stream);
+            let _ = p.io.outbox.flush(&mut p.stream, &mut self.written);
             let _ = registry.deregister(&mut p.stream);
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
             self.homes.remove(&p.io.peer);
@@ -446,18 +450,18 @@ impl LinkTransports {
 
     /// Queues a line for a stream peer and writes what the peer takes now. `Err`: the
     /// peer is gone or not reading; the caller ends it.
-    pub fn write(&mut self, home: PeerHome, line: String) -> Result<(), String> {
+    pub fn write(&mut self, home: PeerHome, line: String, owed: Option<EventKey>) -> Result<(), String> {
         let (outbox, result) = match home {
             PeerHome::Child => {
                 let Some(c) = self.child.as_mut() else { return Ok(()) };
-                c.io.outbox.push(line);
-                let r = c.io.outbox.flush(&mut c.stdin);
+                c.io.outbox.push(line, owed);
+                let r = c.io.outbox.flush(&mut c.stdin, &mut self.written);
                 (&c.io.outbox, r)
             }
             PeerHome::Unix(key) => {
                 let Some(p) = self.unix.get_mut(key) else { return Ok(()) };
-                p.io.outbox.push(line);
-                let r = p.io.outbox.flush(&mut p.stream);
+                p.io.outbox.push(line, owed);
+                let r = p.io.outbox.flush(&mut p.stream, &mut self.written);
                 (&p.io.outbox, r)
             }
             PeerHome::Ws(..) => return Ok(()),
@@ -469,15 +473,20 @@ impl LinkTransports {
         Ok(())
     }
 
+    /// The owed events written whole since the last call.
+    pub fn take_written(&mut self) -> Vec<EventKey> {
+        std::mem::take(&mut self.written)
+    }
+
     /// The peer's socket or pipe became writable.
     pub fn flush(&mut self, home: PeerHome) -> Result<(), String> {
         let result = match home {
             PeerHome::Child => match self.child.as_mut() {
-                Some(c) => c.io.outbox.flush(&mut c.stdin),
+                Some(c) => c.io.outbox.flush(&mut c.stdin, &mut self.written),
                 None => Ok(()),
             },
             PeerHome::Unix(key) => match self.unix.get_mut(key) {
-                Some(p) => p.io.outbox.flush(&mut p.stream),
+                Some(p) => p.io.outbox.flush(&mut p.stream, &mut self.written),
                 None => Ok(()),
             },
             PeerHome::Ws(..) => Ok(()),

@@ -419,7 +419,7 @@ impl Server {
             }
             for io in std::mem::take(&mut self.link_out) {
                 match io {
-                    WiringIo::LinkWrite { peer, line } => self.write_link_line(peer, line, now),
+                    WiringIo::LinkWrite { peer, line, owed } => self.write_link_line(peer, line, owed, now),
                     WiringIo::LinkClose { peer, reason } => self.end_link_peer(peer, &reason, now),
                     other => self.carry_out(other, now),
                 }

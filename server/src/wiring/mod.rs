@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use hermes_mobile::agent_link::{FileHandover, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::{Read, ReadResult, Record};
 use hermes_mobile::{AgentEvent, ConnId, DeviceId, Gateway, Output, Peer, Time};
 
@@ -52,7 +53,12 @@ pub enum WiringIo {
     /// Drop a call.
     Cancel(CallId),
     /// A line (with its newline) for a peer of the agent link.
-    LinkWrite { peer: PeerId, line: String },
+    /// `owed`: tell [`Wiring::handle_link_written`] once the line's last byte is written.
+    LinkWrite {
+        peer: PeerId,
+        line: String,
+        owed: Option<EventKey>,
+    },
     /// End a peer of the agent link; the agent hears of it through `handle_peer(Closed)`.
     LinkClose { peer: PeerId, reason: String },
     /// Save the event's file or voice note; answer with `handle_file_saved(ticket, ..)`.
@@ -91,7 +97,7 @@ impl std::fmt::Debug for WiringIo {
                 write!(f, "Call({}, {} bytes)", id.0, request.len())
             }
             WiringIo::Cancel(id) => write!(f, "Cancel({})", id.0),
-            WiringIo::LinkWrite { peer, line } => write!(f, "LinkWrite({}, {} bytes)", peer.0, line.len()),
+            WiringIo::LinkWrite { peer, line, .. } => write!(f, "LinkWrite({}, {} bytes)", peer.0, line.len()),
             WiringIo::LinkClose { peer, reason } => write!(f, "LinkClose({}, {reason:?})", peer.0),
             WiringIo::SaveFile { ticket, .. } => write!(f, "SaveFile({ticket})"),
             WiringIo::SaveMedia { name, data } => write!(f, "SaveMedia({name:?}, {} bytes)", data.len()),
@@ -288,6 +294,13 @@ impl Wiring {
     // Inputs from the journal's store.
 
     /// Everything up to `ticket` is on disk.
+    /// Lines that carried owed events were written whole to the agent (L64).
+    pub fn handle_link_written(&mut self, keys: Vec<EventKey>) {
+        for key in keys {
+            self.core.handle_agent_handed(key);
+        }
+    }
+
     pub fn handle_journal_committed(&mut self, now: Time, ticket: u64) {
         self.core.handle_journal_committed(now, ticket);
         self.agent.handle_committed(now, ticket, true);
@@ -450,7 +463,7 @@ impl Wiring {
                     WiringIo::LoadFile { ticket, path, limit }
                 }
                 AgentIo::Persist { path, contents } => WiringIo::Persist { path, contents },
-                AgentIo::Write { peer, line } => WiringIo::LinkWrite { peer, line },
+                AgentIo::Write { peer, line, owed } => WiringIo::LinkWrite { peer, line, owed },
                 AgentIo::Close { peer, reason } => WiringIo::LinkClose { peer, reason },
                 AgentIo::Handed(key) => {
                     self.core.handle_agent_handed(key);

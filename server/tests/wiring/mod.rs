@@ -55,6 +55,9 @@ pub struct Driver {
     pub lines: Vec<Value>,
     /// Files saved for the agent, by name (the file worker's job, done at once).
     pub saved: usize,
+    /// The agent does not read: lines written to it stay in the gateway's outbox (lost
+    /// with the process).
+    pub stalled_link: bool,
 }
 
 /// A core configured as the server configures it with the journal on.
@@ -97,6 +100,7 @@ impl Driver {
             closed: HashMap::new(),
             lines: Vec::new(),
             saved: 0,
+            stalled_link: false,
         }
     }
 
@@ -141,9 +145,12 @@ impl Driver {
                 );
             }
             WiringIo::Authenticated { .. } => {}
-            WiringIo::LinkWrite { line, .. } => {
+            // A stalled agent leaves its lines in the gateway's outbox: not the agent's yet.
+            WiringIo::LinkWrite { .. } if self.stalled_link => {}
+            WiringIo::LinkWrite { line, owed, .. } => {
                 self.lines
                     .push(serde_json::from_str(&line).expect("the link writes JSON lines"));
+                self.wiring.handle_link_written(owed.into_iter().collect());
             }
             WiringIo::LinkClose { peer, .. } => self.wiring.handle_peer(now, PeerInput::Closed { peer }),
             WiringIo::SaveFile { ticket, event } => {
