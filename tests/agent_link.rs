@@ -663,20 +663,24 @@ proptest! {
     }
 }
 
-/// The keys of the events the link says the agent has (or were given up), in order.
+/// The keys of the events the link hands over with a line (the server tells the journal
+/// once the line is written whole) or gives up, in order.
 fn handed(link: &mut AgentLink) -> Vec<String> {
     let mut keys = Vec::new();
     while let Some(out) = link.poll_output() {
-        if let LinkOutput::Handed(key) = out {
-            keys.push(format!("{}/{}", key.device, key.key));
-        }
+        let key = match out {
+            LinkOutput::Handed(key) | LinkOutput::Write { owed: Some(key), .. } => key,
+            _ => continue,
+        };
+        keys.push(format!("{}/{}", key.device, key.key));
     }
     keys
 }
 
 #[test]
 fn an_event_is_handed_when_written_or_given_up_and_a_redelivery_says_so() {
-    // L64: the journal owes an event until the link wrote it to the agent or gave it up.
+    // L64: the journal owes an event until the link wrote it to the agent or gave it up;
+    // the line that carries it names it (review B #1: handed once written, not queued).
     let mut link = new_link();
     link.handle_event(Time::ZERO, text_event("tel-1", "a", "queued"), None);
     assert!(handed(&mut link).is_empty(), "queued while no agent is attached");
