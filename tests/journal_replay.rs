@@ -213,3 +213,46 @@ fn subscribe_and_lock(h: &mut Harness) {
     h.take(phone);
     h.close(phone);
 }
+
+#[test]
+fn a_replay_waits_for_a_slow_phone_to_read_instead_of_piling_up_its_queue() {
+    // Review A #5, L22: a new client on a long journal is not dropped as too slow for what
+    // the gateway read at disk speed; the replay goes on as the phone reads.
+    let mut h = Harness::with_journal(Config::new(TOKEN));
+    let phone = h.connect("tel-1");
+    let text = "x".repeat(10_000);
+    for i in 0..600 {
+        h.agent(reply(&format!("r{i}"), &format!("{i} {text}")));
+    }
+    h.close(phone);
+    let conn = h.open();
+    h.unread.push(conn);
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}),
+    );
+    let mut got = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let frames = h.take(conn);
+        let bytes: usize = frames.iter().map(|f| f.to_string().len()).sum();
+        assert!(bytes < 2 * 1024 * 1024, "at most about a window unread: {bytes}");
+        let done = frames.iter().any(|f| f["t"] == "resumed");
+        for f in frames.iter().filter(|f| f["t"] == "message") {
+            let id = f["id"].as_str().unwrap().to_owned();
+            if got.last() != Some(&id) {
+                got.push(id); // a long reply comes in chunks, one id
+            }
+        }
+        if done {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds < 1000, "the replay goes on as the phone reads");
+        h.read_queue(conn);
+    }
+    assert!(rounds >= 4, "6 MB came in several windows: {rounds}");
+    assert_eq!(got.len(), 600, "each once");
+    let ids: Vec<String> = (0..600).map(|i| format!("r{i}")).collect();
+    assert_eq!(got, ids, "in order");
+}

@@ -310,3 +310,47 @@ fn the_history_command_prints_a_device_s_journal_while_the_gateway_runs() {
     assert_eq!(items[0]["from"], "user");
     assert_eq!(items[1]["text"], "echo: what is kept?");
 }
+
+#[test]
+fn a_resume_longer_than_the_replay_window_comes_whole_over_a_real_socket() {
+    // Review A #5: the replay pauses after about 1 MiB until the socket has taken it, and the
+    // server says when (`handle_drained`); four held 700 KB files (3.7 MB in base64) come
+    // whole, in order, then `resumed`.
+    let push = fake_push::FakePush::start();
+    let env = [
+        ("MOBILE_DELIVER_TOKENS", SERVICE),
+        ("MOBILE_PUSH_HOSTS", &format!("127.0.0.1:{}", push.port) as &str),
+    ];
+    let server = Server::start(&env);
+    let mut phone = Client::hello(&server, "tel-1");
+    let (browser, endpoint) = push.browser("tel-1");
+    phone.send(json!({"t":"push_subscribe","id":"s1","subscription":browser.subscription(&endpoint)}));
+    assert_eq!(phone.recv()["t"], "push_subscribed");
+    let _ = phone.ws.close(None);
+    let _ = phone.closed();
+    server.wait_for_log("\"tel-1\" closed");
+    let mut cron = Client::connect(&server);
+    cron.send(json!({"t":"hello","token":SERVICE,"device":{"id":"cron"}}));
+    cron.recv();
+    use base64::Engine as _;
+    for i in 0..4u8 {
+        let data = base64::engine::general_purpose::STANDARD.encode(vec![i; 700_000]);
+        cron.send(json!({"t":"deliver","id":format!("d{i}"),"target":"mobile:tel-1",
+            "media":{"kind":"document","mime":"application/octet-stream","filename":format!("f{i}.bin"),"data":data}}));
+        assert_eq!(cron.recv()["held"], true);
+    }
+    let (mut phone, mut frames) = hello_resume(&server, "tel-1", 0);
+    if !frames.iter().any(|f| f["t"] == "resumed") {
+        frames.extend(phone.until("resumed"));
+    }
+    let names: Vec<&str> = frames
+        .iter()
+        .filter(|f| f["t"] == "media")
+        .map(|f| f["filename"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["f0.bin", "f1.bin", "f2.bin", "f3.bin"]);
+    assert!(frames
+        .iter()
+        .filter(|f| f["t"] == "media")
+        .all(|f| f["data"].as_str().is_some_and(|d| d.len() > 900_000)));
+}

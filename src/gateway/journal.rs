@@ -77,6 +77,10 @@ pub(super) struct Replay {
     /// The device's latest seq when the replay began: a later change goes to the client as
     /// a live frame, held back until the replay ends, so a page leaves it out.
     pub ceiling: u64,
+    /// Where a paused replay goes on from.
+    pub cursor: u64,
+    /// Bytes sent since the connection's queue last drained.
+    pub unacked: usize,
 }
 
 /// A read whose answer is on its way.
@@ -109,6 +113,8 @@ pub(super) struct Journal {
     /// Replays that wait for their device's seqs to be reserved on disk (a crash must not
     /// hand out again a seq a replayed frame carried: L57).
     pub replays_waiting: Vec<Replay>,
+    /// Replays that wait for their connection's queue to drain.
+    pub replays_paused: Vec<Replay>,
 }
 
 impl Journal {
@@ -125,6 +131,7 @@ impl Journal {
             committed: 0,
             kept: None,
             replays_waiting: Vec::new(),
+            replays_paused: Vec::new(),
         }
     }
 }

@@ -443,6 +443,7 @@ impl Gateway {
         self.upload_totals.update(c.uploads.footprint(), Default::default());
         if let Some(j) = self.journal.as_mut() {
             j.replays_waiting.retain(|r| r.conn != conn);
+            j.replays_paused.retain(|r| r.conn != conn);
         }
         if let ConnState::Ready {
             device,

@@ -20,6 +20,12 @@ use crate::wire::{DownloadKind, ErrorCode, Rejection};
 /// the connection's queue limit (L22) still bounds what waits for a slow phone.
 const REPLAY_PAGE: usize = 64;
 
+/// Bytes of a replay's frames sent before it waits for the connection's queue to drain
+/// ([`Gateway::handle_drained`]): a new client on a long journal must not be dropped as too
+/// slow (L22) for what the gateway pushed at disk speed. One entry may pass it (a held
+/// file: 11 MB in base64), so the queue stays under L22's 24 MiB.
+const REPLAY_WINDOW: usize = 1024 * 1024;
+
 /// `history` pages a connection may have asked for and not yet got.
 const MAX_HISTORY_READS_PER_CONN: usize = 4;
 
@@ -143,6 +149,8 @@ impl Gateway {
             device: device.clone(),
             after,
             ceiling,
+            cursor: after,
+            unacked: 0,
         };
         match self.journal.as_mut() {
             Some(j) if !j.seqs.is_safe(device) => j.replays_waiting.push(replay),
@@ -183,6 +191,19 @@ impl Gateway {
     fn start_replay(&mut self, replay: Replay) {
         let after = replay.after;
         self.read_replay_page(replay, after);
+    }
+
+    /// `conn`'s queue of frames has drained (the server says so whenever a connection's
+    /// queue empties): a replay that waited for it goes on.
+    pub fn handle_drained(&mut self, conn: ConnId) {
+        let Some(j) = self.journal.as_mut() else { return };
+        let Some(at) = j.replays_paused.iter().position(|r| r.conn == conn) else {
+            return;
+        };
+        let mut replay = j.replays_paused.swap_remove(at);
+        replay.unacked = 0;
+        let from = replay.cursor;
+        self.read_replay_page(replay, from);
     }
 
     /// The device's seqs were reserved on disk: the replays that waited for it begin.
@@ -230,14 +251,31 @@ impl Gateway {
                 return self.close(conn, crate::limits::CLOSE_INTERNAL_ERROR, "journal read failed");
             }
         };
-        let cursor = page.entries.last().map(|e| e.seq);
-        for entry in page.entries.iter().filter(|e| e.seq <= replay.ceiling) {
-            for frame in self.replay_frames(now, entry, replay.after) {
-                self.outputs.push_back(super::Output::Send { conn, frame });
+        let mut replay = replay;
+        let mut cursor = None;
+        for entry in &page.entries {
+            if replay.unacked >= REPLAY_WINDOW {
+                break;
+            }
+            cursor = Some(entry.seq);
+            if entry.seq <= replay.ceiling {
+                for frame in self.replay_frames(now, entry, replay.after) {
+                    replay.unacked += frame.len();
+                    self.outputs.push_back(super::Output::Send { conn, frame });
+                }
             }
         }
-        if let (true, Some(cursor)) = (page.more, cursor) {
-            return self.read_replay_page(replay, cursor);
+        let more = page.more || cursor != page.entries.last().map(|e| e.seq);
+        if let (true, Some(cursor)) = (more, cursor) {
+            if replay.unacked < REPLAY_WINDOW {
+                return self.read_replay_page(replay, cursor);
+            }
+            // The phone reads at its own pace: the rest once its queue has drained.
+            replay.cursor = cursor;
+            if let Some(j) = self.journal.as_mut() {
+                j.replays_paused.push(replay);
+            }
+            return;
         }
         self.replay_sent_hold(&replay.device);
         let seq = self.latest_safe_seq(&replay.device).unwrap_or(0);

@@ -34,6 +34,10 @@ pub struct Harness {
     pub media: HashMap<String, Vec<u8>>,
     /// Files to save wait here instead of being saved at once (a slow disk).
     pub held_media: Option<Vec<(String, Vec<u8>)>>,
+    /// Phones that read nothing: their queue never drains (`Gateway::handle_drained`).
+    pub unread: Vec<ConnId>,
+    /// Connections sent frames since the last pump's drain.
+    got_frames: Vec<ConnId>,
 }
 
 impl Harness {
@@ -57,6 +61,8 @@ impl Harness {
             held_reads: None,
             media: HashMap::new(),
             held_media: None,
+            unread: Vec::new(),
+            got_frames: Vec::new(),
         }
     }
 
@@ -151,6 +157,17 @@ impl Harness {
     fn pump(&mut self) {
         loop {
             self.drain();
+            // Sockets take everything at once, except a slow phone's (`unread`).
+            let drained: Vec<ConnId> = std::mem::take(&mut self.got_frames)
+                .into_iter()
+                .filter(|c| !self.unread.contains(c))
+                .collect();
+            if !drained.is_empty() {
+                for conn in drained {
+                    self.gw.handle_drained(conn);
+                }
+                continue;
+            }
             let ready = self.auto_commit && self.journal.as_ref().is_some_and(|j| j.has_pending());
             if !ready {
                 break;
@@ -168,6 +185,9 @@ impl Harness {
                         "frame sent to closed {conn:?}: {frame}"
                     );
                     let v: Value = serde_json::from_str(&frame).expect("the gateway sends JSON");
+                    if !self.got_frames.contains(&conn) {
+                        self.got_frames.push(conn);
+                    }
                     self.sent.entry(conn).or_default().push(v);
                 }
                 Output::Close { conn, code, reason } => {
@@ -310,6 +330,12 @@ impl Harness {
     /// Frames sent to `conn` since the last take.
     pub fn take(&mut self, conn: ConnId) -> Vec<Value> {
         self.sent.remove(&conn).unwrap_or_default()
+    }
+
+    /// A slow phone (in `unread`) reads everything queued for it.
+    pub fn read_queue(&mut self, conn: ConnId) {
+        self.gw.handle_drained(conn);
+        self.pump();
     }
 
     /// The agent takes the events so far: they are owed no more (L64). Events not taken

@@ -82,6 +82,9 @@ pub struct Server {
     /// the step are in their sockets: the agent's `ok` for a reply must never leave before
     /// the reply does, or a SIGKILL in between loses a reply the agent counts as delivered.
     link_out: Vec<crate::wiring::WiringIo>,
+    /// A connection's queue drained during `drive`'s flush: the core may have more to say
+    /// (a paused replay's next page), so `drive` goes round once more.
+    drained_news: bool,
     incoming: Vec<Incoming>,
     due: Vec<TimerKey>,
     /// SIGINT or SIGTERM was acted on: connections are closing; `TimerKey::Shutdown`
@@ -265,6 +268,7 @@ impl Server {
             config,
             touched: Vec::new(),
             link_out: Vec::new(),
+            drained_news: false,
             incoming: Vec::new(),
             due: Vec::new(),
             shutting_down: false,
@@ -414,7 +418,8 @@ impl Server {
                 }
             }
             self.flush_touched(now);
-            if self.link_out.is_empty() {
+            let drained = std::mem::take(&mut self.drained_news);
+            if self.link_out.is_empty() && !drained {
                 break;
             }
             for io in std::mem::take(&mut self.link_out) {

@@ -142,6 +142,7 @@ impl Server {
         };
         let close_by = conn.life().close_by();
         let generation = conn.generation;
+        let wrote = conn.queued_bytes() > 0;
         let result = self.conns.pump(key, now);
         let Some(conn) = self.conns.get_mut(key) else { return };
         let too_slow = conn.queued_bytes() > limit;
@@ -155,6 +156,11 @@ impl Server {
         }
         if too_slow {
             return self.kill(key, "client too slow: frames not read");
+        }
+        if wrote && conn.queued_bytes() == 0 && conn.in_core() {
+            // A resume's replay goes at the phone's pace (review A #5); `drive` carries on.
+            self.wiring.handle_drained(conn_id(key, generation));
+            self.drained_news = true;
         }
         if let Some(by) = sooner {
             self.wheel.insert(by, conn_timer(key, generation, ConnTimer::CloseBy));

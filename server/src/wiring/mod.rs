@@ -196,6 +196,11 @@ impl Wiring {
         self.core.handle_frame_too_big(now, conn);
     }
 
+    /// The connection's queue of frames has drained: a resume's replay paused for it goes on.
+    pub fn handle_drained(&mut self, conn: ConnId) {
+        self.core.handle_drained(conn);
+    }
+
     /// The connection is gone for the core. Safe for one the core closed itself.
     pub fn handle_close(&mut self, now: Time, conn: ConnId) {
         self.core.handle_close(now, conn);

@@ -113,9 +113,17 @@ impl Driver {
     pub fn step(&mut self) {
         for _ in 0..10_000 {
             let mut any = false;
+            let mut sent_to = Vec::new();
             while let Some(io) = self.wiring.poll_io(self.now) {
                 any = true;
+                if let WiringIo::Send { conn, .. } = &io {
+                    sent_to.push(*conn);
+                }
                 self.carry_out(io);
+            }
+            // Sockets in memory take everything at once.
+            for conn in sent_to {
+                self.wiring.handle_drained(conn);
             }
             if self.auto_commit && self.journal.has_pending() {
                 any = true;
