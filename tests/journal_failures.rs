@@ -237,3 +237,48 @@ fn held_output_after_a_restart_goes_to_a_hello_without_resume_only_once_its_seq_
     let s2 = only(f, "message")[0]["seq"].as_u64().unwrap();
     assert!(s2 > s1, "never a seq twice: {s1} then {s2}");
 }
+
+#[test]
+fn a_flood_of_forgets_while_the_disk_is_slow_queues_a_bounded_few() {
+    // Review A #8, B #5: each `forget` used to queue a record, a waiter, a sweep of the
+    // media directory and a log line, without bound while the commit waited.
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.auto_commit = false;
+    h.commit();
+    for i in 0..1000 {
+        h.send(phone, json!({"t":"forget","id":format!("f{i}")}));
+    }
+    let refused = h.take(phone);
+    assert_eq!(refused.len(), 996, "all but four are refused at once");
+    assert!(refused
+        .iter()
+        .all(|f| f["code"] == "internal_error" && f["fatal"] == false));
+    h.commit();
+    let forgotten = only(h.take(phone), "forgotten");
+    assert_eq!(forgotten.len(), 4);
+    h.send(phone, json!({"t":"forget","id":"later"}));
+    h.commit();
+    assert_eq!(
+        only(h.take(phone), "forgotten").len(),
+        1,
+        "one at a time is never refused"
+    );
+}
+
+#[test]
+fn a_flood_of_re_sent_messages_while_the_disk_is_slow_is_confirmed_once() {
+    // Review A #8: a duplicate whose `received` is already on its way adds nothing.
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.send(phone, json!({"t":"text","id":"m1","text":"hello"}));
+    assert_eq!(only(h.take(phone), "received").len(), 1);
+    h.auto_commit = false;
+    for _ in 0..1000 {
+        h.send(phone, json!({"t":"text","id":"m1","text":"hello"}));
+    }
+    let pending = h.journal.as_ref().unwrap().pending_records();
+    assert!(pending <= 2, "records waiting for the commit: {pending}");
+    h.commit();
+    assert_eq!(only(h.take(phone), "received").len(), 1);
+}

@@ -44,6 +44,7 @@ pub(super) enum Waiting {
     Forgotten {
         conn: ConnId,
         id: String,
+        device: DeviceId,
     },
     /// Agent events behind this ticket may go (a message's id is on disk: L58).
     Events,
@@ -172,6 +173,16 @@ impl Gateway {
         }
     }
 
+    /// How many `forget`s of `device` wait for their commit.
+    pub(super) fn forgets_waiting(&self, device: &DeviceId) -> usize {
+        self.journal.as_ref().map_or(0, |j| {
+            j.waiting
+                .iter()
+                .filter(|(_, w)| matches!(w, Waiting::Forgotten { device: d, .. } if d == device))
+                .count()
+        })
+    }
+
     /// `frame` goes to `conn` once what came before it is committed (at once without a
     /// journal).
     pub(super) fn send_after_commit(&mut self, conn: ConnId, frame: String) {
@@ -283,10 +294,16 @@ impl Gateway {
     }
 
     /// `received` for a message accepted (or a duplicate of one) on a connection that
-    /// resumed, once it is on disk (L58).
+    /// resumed, once it is on disk (L58). A duplicate whose `received` is already on its
+    /// way adds nothing: a flood of re-sends during a slow commit costs no memory.
     pub(super) fn confirm_received(&mut self, conn: ConnId, id: &str, seq: u64) {
         let resumed = self.conns.get(&conn).is_some_and(|c| c.resumed);
-        if resumed && seq > 0 {
+        let pending = self.journal.as_ref().is_some_and(|j| {
+            j.waiting
+                .iter()
+                .any(|(_, w)| matches!(w, Waiting::Received { conn: c, id: i, .. } if *c == conn && i == id))
+        });
+        if resumed && seq > 0 && !pending {
             self.confirm(Waiting::Received {
                 conn,
                 id: id.to_owned(),
@@ -313,7 +330,7 @@ impl Gateway {
                 }
                 Waiting::HeldDelivery(d) => self.held_delivery_kept(*d),
                 Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
-                Waiting::Forgotten { conn, id } => {
+                Waiting::Forgotten { conn, id, .. } => {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
                 }
@@ -346,7 +363,7 @@ impl Gateway {
                 }
                 Waiting::HeldDelivery(d) => self.undo_held_delivery(*d),
                 Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
-                Waiting::Forgotten { conn, id } => {
+                Waiting::Forgotten { conn, id, .. } => {
                     let r = Rejection::new(ErrorCode::InternalError, "the journal could not forget");
                     if self.conns.contains_key(&conn) {
                         self.send_error(conn, &r.with_id(Some(&id)), false);

@@ -26,6 +26,9 @@ const REPLAY_PAGE: usize = 64;
 /// file: 11 MB in base64), so the queue stays under L22's 24 MiB.
 const REPLAY_WINDOW: usize = 1024 * 1024;
 
+/// `forget`s of one device that may wait for their commit at once.
+const MAX_FORGETS_WAITING: usize = 4;
+
 /// `history` pages a connection may have asked for and not yet got.
 const MAX_HISTORY_READS_PER_CONN: usize = 4;
 
@@ -424,6 +427,13 @@ impl Gateway {
     /// `forget` (issue 24 §3): the device's entries, its hold and its push subscriptions go;
     /// its open cards, dedup window and seq stay. `forgotten` once that is on disk.
     pub(super) fn on_forget(&mut self, conn: ConnId, device: &DeviceId, id: &str) {
+        // A flood of `forget`s while the disk is slow queues at most a few commits, one
+        // sweep of the device's files and one log line (review A #8, B #5).
+        let waiting = self.forgets_waiting(device);
+        if waiting >= MAX_FORGETS_WAITING {
+            let r = Rejection::new(ErrorCode::InternalError, "a forget is under way; wait for it");
+            return self.send_error(conn, &r.with_id(Some(id)), false);
+        }
         if let Some(d) = self.devices.get_mut(device) {
             d.hold.take();
             d.hold_slot = None;
@@ -431,8 +441,10 @@ impl Gateway {
         if self.push.unsubscribe(device) {
             self.outputs.push_back(super::Output::PushChanged);
         }
-        self.forget_media(device);
-        log::info!("device {device:?}: forgot its journal, hold, files and push subscriptions (forget)");
+        if waiting == 0 {
+            self.forget_media(device);
+            log::info!("device {device:?}: forgot its journal, hold, files and push subscriptions (forget)");
+        }
         if !self.journal_on() {
             let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
             return self.send(conn, frame);
@@ -441,6 +453,7 @@ impl Gateway {
         self.confirm(Waiting::Forgotten {
             conn,
             id: id.to_owned(),
+            device: device.clone(),
         });
     }
 }

@@ -110,6 +110,11 @@ impl MemoryJournal {
         self.pending > 0
     }
 
+    /// How many records wait for a commit.
+    pub fn pending_records(&self) -> usize {
+        self.pending
+    }
+
     /// Loses what was not committed, as a crash would.
     pub fn crash(&mut self) {
         self.working = self.durable.clone();
