@@ -232,3 +232,31 @@ fn forget_deletes_the_device_s_files_and_no_other_s() {
         "the other device keeps its url"
     );
 }
+
+#[test]
+fn a_file_the_agent_named_past_the_limits_is_kept_as_its_live_frame_carried_it() {
+    // L48, review A #10: history items and replays are frames too (schema: Filename, Text, Id).
+    let mut h = Harness::with_journal(config());
+    let (phone, _) = h.connect_frames("tel-1");
+    let name = format!("{}.png", "n".repeat(300));
+    h.agent(AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: OutgoingFile {
+            kind: DownloadKind::Image,
+            mime: String::new(),
+            filename: name,
+            caption: Some("c".repeat(13_000)),
+            data: b"PNG".to_vec(),
+            reply_to: Some(String::new()),
+        },
+    });
+    let live = only(h.take(phone), "media").remove(0);
+    let item = history(&mut h, phone).remove(0);
+    for field in ["filename", "caption", "mime"] {
+        assert_eq!(item[field], live[field], "{field}");
+    }
+    assert_eq!(item["filename"].as_str().unwrap().chars().count(), 200);
+    assert!(item["filename"].as_str().unwrap().ends_with(".png"));
+    assert_eq!(item["mime"], "image/png");
+    assert!(item.get("reply_to").is_none(), "{item}");
+}

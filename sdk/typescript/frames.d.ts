@@ -456,7 +456,8 @@ export interface HistoryMessage {
   t: "message";
   from?: never;
   id: Id;
-  text: Text;
+  /** The whole reply: live it came in chunks of at most chunk_limit characters (M1), so it may be longer than a client's own 12,000. */
+  text: string;
   final: boolean;
   seq: Seq;
 }

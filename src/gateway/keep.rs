@@ -114,16 +114,17 @@ impl Gateway {
         }
         let seq = self.next_seq(device);
         if self.history_on() || held {
-            let mut body = Body::file(
-                false,
-                id,
-                file.kind.as_str(),
-                &file.mime,
-                &file.filename,
-                file.data.len(),
-            );
-            body.caption = file.caption.clone();
-            body.reply_to = file.reply_to.clone();
+            // What the agent named is kept as its live frames carried it (L48: cut to the
+            // protocol's limits), so a history item or a replay is a valid frame too.
+            let mime = match file.mime.trim() {
+                "" => crate::mime::guess_mime(&file.filename),
+                _ => file.mime.as_str(),
+            };
+            let filename = crate::text::cut_filename(&file.filename, crate::limits::MAX_FILENAME_CHARS);
+            let mut body = Body::file(false, id, file.kind.as_str(), mime, &filename, file.data.len());
+            let caption = file.caption.as_deref();
+            body.caption = caption.map(|c| crate::text::truncate_chars(c, crate::limits::MAX_TEXT_CHARS).to_owned());
+            body.reply_to = file.reply_to.clone().filter(|r| !r.is_empty());
             body.stored = self.save_sent_file(device, file);
             self.put(NewEntry {
                 device,
