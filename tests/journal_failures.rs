@@ -282,3 +282,45 @@ fn a_flood_of_re_sent_messages_while_the_disk_is_slow_is_confirmed_once() {
     h.commit();
     assert_eq!(only(h.take(phone), "received").len(), 1);
 }
+
+#[test]
+fn held_output_the_journal_could_not_keep_is_not_sent_as_well() {
+    // Review A #12: the agent hears `not_kept` and sends it again; the first copy must not
+    // reach the phone too.
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    h.agent(reply("tel-1", "r1", "the answer"));
+    h.fail_commit();
+    h.auto_commit = true;
+    h.agent(reply("tel-1", "r1", "the answer"));
+    let (_, frames) = h.connect_frames("tel-1");
+    let n = frames.iter().filter(|f| f["text"] == "the answer").count();
+    assert_eq!(n, 1, "{frames:?}");
+}
+
+#[test]
+fn a_held_file_the_journal_could_not_keep_is_not_sent_as_well() {
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let file = |id: &str| AgentCommand::SendFile {
+        device: DeviceId::from("tel-1"),
+        file: hermes_mobile::OutgoingFile {
+            kind: hermes_mobile::wire::DownloadKind::Document,
+            mime: "text/plain".into(),
+            filename: format!("{id}.txt"),
+            caption: None,
+            data: b"report".to_vec(),
+            reply_to: None,
+        },
+    };
+    h.agent(file("report"));
+    h.fail_commit();
+    h.auto_commit = true;
+    h.agent(file("report"));
+    let (_, frames) = h.connect_frames("tel-1");
+    assert_eq!(only(frames, "media").len(), 1);
+}

@@ -52,6 +52,12 @@ impl RecentIds {
         self.set.contains(id)
     }
 
+    pub(super) fn remove(&mut self, id: &MessageId) {
+        if self.set.remove(id) {
+            self.order.retain(|o| o != id);
+        }
+    }
+
     pub(super) fn push(&mut self, id: MessageId) {
         if self.order.len() >= FINISHED_MEMORY {
             if let Some(old) = self.order.pop_front() {

@@ -293,7 +293,7 @@ impl Gateway {
             return self.send_error(conn, &busy.with_id(Some(id)), false);
         }
         self.name_upload(device, &mut audio, &mut file);
-        let seq = self.keep_user_message(now, conn, device, id, || user_body(id, &text, &audio, &file));
+        let seq = self.keep_user_message(now, device, id, || user_body(id, &text, &audio, &file));
         self.seen.insert(now, device, id, seq);
         self.arm_sweep(now);
         let user = self.devices.get(device).map(|d| d.user.clone()).unwrap_or_default();
@@ -306,6 +306,9 @@ impl Gateway {
             file,
             redelivered: false,
         });
+        // After the event's owed row: `received` promises the agent will have it (L58, L64),
+        // whatever the order in which the store groups its commits.
+        self.confirm_received(conn, id, seq);
         let Some(d) = self.devices.get_mut(device) else { return };
         d.avatar = AvatarState::Thinking;
         d.idle_at = None;

@@ -48,12 +48,24 @@ pub(super) enum Waiting {
     },
     /// Agent events behind this ticket may go (a message's id is on disk: L58).
     Events,
+    /// Output held for the agent (`Accepted::Kept`): if its commit fails, the agent is told
+    /// `not_kept` and sends it again, so the hold lets it go.
+    Promised(Box<Promise>),
     /// A frame that says something was done (`prompt_done` for the answering phone): after
     /// the commit that keeps it, and after a failed one too, since it was done in memory.
     Frame {
         conn: ConnId,
         frame: String,
     },
+}
+
+#[derive(Debug)]
+pub(super) struct Promise {
+    pub device: DeviceId,
+    /// Journal keys of what was held.
+    pub keys: Vec<String>,
+    /// An agent's `deliver` (sender key, id): its S4 record goes too.
+    pub delivery: Option<(DeviceId, String)>,
 }
 
 #[derive(Debug)]
@@ -335,6 +347,7 @@ impl Gateway {
                     self.send_if_open(conn, frame);
                 }
                 Waiting::Events => {}
+                Waiting::Promised(_) => {}
             }
         }
     }
@@ -362,6 +375,7 @@ impl Gateway {
                     log::warn!("{conn:?}: message {id:?} not confirmed: the journal could not keep it");
                 }
                 Waiting::HeldDelivery(d) => self.undo_held_delivery(*d),
+                Waiting::Promised(p) => self.undo_promise(*p),
                 Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
                 Waiting::Forgotten { conn, id, .. } => {
                     let r = Rejection::new(ErrorCode::InternalError, "the journal could not forget");
@@ -418,11 +432,11 @@ impl Gateway {
 
     /// The agent's command made a promise (output held for an offline device): its
     /// confirmation waits for a commit (`Accepted::Kept`).
-    pub(super) fn keep_promised(&mut self) {
+    pub(super) fn keep_promised(&mut self, promise: Promise) {
         if !self.journal_on() {
             return;
         }
-        self.confirm(Waiting::Events);
+        self.confirm(Waiting::Promised(Box::new(promise)));
         if let Some(j) = self.journal.as_mut() {
             j.kept = Some(j.next_ticket);
         }
@@ -470,6 +484,25 @@ impl Gateway {
         for conn in std::iter::once(d.conn).chain(d.repeats) {
             self.send_if_open(conn, d.frame.clone());
         }
+    }
+
+    /// The agent hears `not_kept` and sends it again: what was held for it goes, or the
+    /// phone would get it twice.
+    fn undo_promise(&mut self, p: Promise) {
+        if let Some((sender, id)) = &p.delivery {
+            self.delivered.remove(sender, id);
+        }
+        if let Some(d) = self.devices.get_mut(&p.device) {
+            d.hold.remove(&p.keys);
+            // The agent may send a finished reply again under its id.
+            for id in p.keys.iter().filter_map(|k| k.strip_prefix("m:")) {
+                d.finished.remove(&crate::ids::MessageId(id.to_owned()));
+            }
+        }
+        log::warn!(
+            "output held for {:?} not kept by the journal: the agent is told not_kept",
+            p.device
+        );
     }
 
     fn undo_held_delivery(&mut self, d: HeldDelivery) {

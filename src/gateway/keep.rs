@@ -4,7 +4,7 @@
 
 use super::journal::{NewEntry, STREAM_JOURNAL_INTERVAL};
 use super::Gateway;
-use crate::ids::{ConnId, DeviceId};
+use crate::ids::DeviceId;
 use crate::journal::body::Body;
 use crate::journal::Window;
 use crate::time::Time;
@@ -142,12 +142,11 @@ impl Gateway {
     }
 
     /// A message the person sent, accepted (I2 across restarts, issue 24 §1): its id in the
-    /// dedup window with its seq, and in history its text or metadata. `received` follows
-    /// the commit on a connection that resumed.
+    /// dedup window with its seq, and in history its text or metadata. Its `received` is
+    /// the caller's to ask for, after the event is owed (L64).
     pub(super) fn keep_user_message(
         &mut self,
         now: Time,
-        conn: ConnId,
         device: &DeviceId,
         id: &str,
         body: impl FnOnce() -> Body,
@@ -170,7 +169,6 @@ impl Gateway {
             });
         }
         self.keep_dedup(Window::Seen, device, id, now, seq.to_string());
-        self.confirm_received(conn, id, seq);
         seq
     }
 }

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::journal::stamp;
+use super::journal::{stamp, Promise};
 use super::keep::Reply;
 use super::timers::{claim, TimerKey};
 use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
@@ -86,8 +86,12 @@ impl Gateway {
                 // The agent's deliveries are keyed apart from services' and phones' (L34).
                 let sender = DeviceId(format!("a:{sender}"));
                 let (device, held) = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
-                if held.is_some() {
-                    self.keep_promised();
+                if let Some(keys) = held {
+                    self.keep_promised(Promise {
+                        device: device.clone(),
+                        keys,
+                        delivery: Some((sender, id)),
+                    });
                 }
                 return Ok(Accepted::Delivered(device));
             }
@@ -219,7 +223,11 @@ impl Gateway {
                 let seq = self.keep_reply(now, &device, &message, version);
                 let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.message(now, &message, text, phone_saw, done, seq)?;
-                self.keep_promised();
+                self.keep_promised(Promise {
+                    device: device.clone(),
+                    keys: vec![format!("m:{}", message.as_str())],
+                    delivery: None,
+                });
                 self.arm_hold(now, &device);
                 if done {
                     // (b): one final reply, one notification (coalesced by the server).
@@ -267,9 +275,14 @@ impl Gateway {
                     return Err(CommandError::HoldFull);
                 }
                 let seq = self.keep_file(now, &device, &id, &file, true);
+                let key = format!("f:{id}");
                 let d = self.devices.get_mut(&device).expect("the device was created above");
                 d.hold.file(now, id, file, seq)?;
-                self.keep_promised();
+                self.keep_promised(Promise {
+                    device: device.clone(),
+                    keys: vec![key],
+                    delivery: None,
+                });
                 self.arm_hold(now, &device);
             }
         }
