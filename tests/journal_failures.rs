@@ -324,3 +324,38 @@ fn a_held_file_the_journal_could_not_keep_is_not_sent_as_well() {
     let (_, frames) = h.connect_frames("tel-1");
     assert_eq!(only(frames, "media").len(), 1);
 }
+
+#[test]
+fn a_stream_that_stops_is_kept_at_the_version_the_phone_saw_last() {
+    // Issue 24 §1 "at its final (or latest) version" (review A #11): a version not kept
+    // because it came within a second of the last kept one is kept when its second is up.
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    let version = |text: &str| AgentCommand::Reply {
+        device: DeviceId::from("tel-1"),
+        message: MessageId::from("r1"),
+        text: text.into(),
+        done: false,
+    };
+    h.agent(version("v1"));
+    h.advance_ms(500);
+    h.agent(version("v1 v2"));
+    let seen = only(h.take(phone), "message");
+    assert_eq!(seen.last().unwrap()["text"], "v1 v2");
+    h.advance_ms(60_000);
+    h.take(phone);
+    h.send(phone, json!({"t":"history","id":"h1"}));
+    let page = only(h.take(phone), "history").remove(0);
+    let items = page["items"].as_array().unwrap();
+    assert_eq!(items.last().unwrap()["text"], "v1 v2", "{items:?}");
+    let after = seen.last().unwrap()["seq"].as_u64().unwrap();
+    h.restart(true);
+    let (_, frames) = hello_resume(&mut h, "tel-1", after);
+    let replayed = only(frames, "message");
+    assert_eq!(
+        replayed.len(),
+        1,
+        "the later version is a change after what the phone had"
+    );
+    assert_eq!(replayed[0]["text"], "v1 v2");
+}

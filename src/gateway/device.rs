@@ -82,6 +82,10 @@ pub(super) struct Device {
     pub(super) finished: RecentIds,
     /// Replies streaming, as the journal has them: (first seq, latest seq, kept at).
     pub(super) journaled: HashMap<MessageId, (u64, u64, Time)>,
+    /// Versions of those sent but not yet kept (text, edit): kept when their second is up,
+    /// so the journal never stays behind a stream that stopped (issue 24 §1).
+    pub(super) unkept: HashMap<MessageId, (String, bool)>,
+    pub(super) unkept_slot: Option<Time>,
     pub(super) hold: Hold,
     pub(super) hold_slot: Option<Time>,
     /// Until when its reply bookkeeping (`streams`, `finished`) must outlive a disconnect,
@@ -104,6 +108,8 @@ impl Device {
             streams: HashMap::new(),
             finished: RecentIds::default(),
             journaled: HashMap::new(),
+            unkept: HashMap::new(),
+            unkept_slot: None,
             hold: Hold::default(),
             hold_slot: None,
             retain_until: None,

@@ -3,6 +3,7 @@
 //! messages, each with its device's next seq.
 
 use super::journal::{NewEntry, STREAM_JOURNAL_INTERVAL};
+use super::timers::{claim, TimerKey};
 use super::Gateway;
 use crate::ids::DeviceId;
 use crate::journal::body::Body;
@@ -73,11 +74,24 @@ impl Gateway {
         // A held version is a promise (the agent is told it is kept): always written.
         let due = prior.is_none_or(|(_, _, at)| version.done || version.held || now >= at + STREAM_JOURNAL_INTERVAL);
         if !due {
-            return prior.map_or(0, |(_, seq, _)| seq);
+            let (_, seq, at) = prior.unwrap_or_default();
+            if self.history_on() {
+                let at = at + STREAM_JOURNAL_INTERVAL;
+                if let Some(d) = self.devices.get_mut(device) {
+                    d.unkept
+                        .insert(message.clone(), (version.text.to_owned(), version.edit));
+                    if d.unkept_slot.is_none_or(|t| t > at) {
+                        self.timers
+                            .arm(&mut d.unkept_slot, at, TimerKey::Unkept(device.clone()));
+                    }
+                }
+            }
+            return seq;
         }
         let seq = self.next_seq(device);
         let first = prior.map_or(seq, |(first, _, _)| first);
         if let Some(d) = self.devices.get_mut(device) {
+            d.unkept.remove(message);
             if version.done {
                 d.journaled.remove(message);
             } else {
@@ -98,6 +112,24 @@ impl Gateway {
             });
         }
         seq
+    }
+
+    /// The latest versions of the device's streams that were sent but not kept are kept now
+    /// (their second is up): a stream that stops is kept at what the phone saw last.
+    pub(super) fn on_unkept_timer(&mut self, now: Time, at: Time, device: DeviceId) {
+        let Some(d) = self.devices.get_mut(&device) else { return };
+        if !claim(&mut d.unkept_slot, at) {
+            return;
+        }
+        for (message, (text, edit)) in std::mem::take(&mut d.unkept) {
+            let version = Reply {
+                text: &text,
+                done: false,
+                held: false,
+                edit,
+            };
+            self.keep_reply(now, &device, &message, version);
+        }
     }
 
     /// A file to the device (the agent's, or a delivery's): kept with its bytes while held.

@@ -300,6 +300,7 @@ impl Gateway {
                 TimerKey::Uploads(conn) => self.on_upload_timer(now, at, conn),
                 TimerKey::Idle(device) => self.on_idle_timer(now, at, device),
                 TimerKey::Hold(device) => self.on_hold_timer(now, at, device),
+                TimerKey::Unkept(device) => self.on_unkept_timer(now, at, device),
                 TimerKey::Forget(device) => {
                     if let Some(d) = self.devices.get_mut(&device) {
                         if claim(&mut d.forget_slot, at) {
@@ -353,6 +354,7 @@ impl Gateway {
             TimerKey::Forget(d) => devices.get(d).is_some_and(|d| d.forget_slot == Some(at)),
             TimerKey::Prompts => prompts_slot == Some(at),
             TimerKey::Sweep => sweep_slot == Some(at),
+            TimerKey::Unkept(d) => devices.get(d).is_some_and(|d| d.unkept_slot == Some(at)),
         });
         self.timers_compact_at = (self.timers.len() * 2).max(TIMERS_COMPACT_MIN);
     }

@@ -25,6 +25,8 @@ pub(crate) enum TimerKey {
     /// cards leave nothing behind (issue 8 #3).
     Prompts,
     Sweep,
+    /// A streamed reply's latest version is due to be kept (issue 24 §1).
+    Unkept(DeviceId),
 }
 
 #[derive(Debug, Default)]
