@@ -406,6 +406,30 @@ fn the_agent_route_needs_its_own_token() {
     assert_eq!(next_text(&mut phone)["text"], "hello");
 }
 
+/// Rows of the journal's `owed` table (L64), read as `sqlite3` would.
+fn owed_rows(server: &Server) -> i64 {
+    let path = server.state_dir.join("journal.sqlite3");
+    rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .and_then(|c| c.query_row("SELECT count(*) FROM owed", [], |r| r.get(0)))
+        .unwrap_or(-1)
+}
+
+#[test]
+fn a_message_written_to_an_agent_websocket_is_owed_no_more() {
+    // L64 (review B #1): on `/agent` an event is the agent's once its queue is written to
+    // the socket; its owed row then goes, so a restart does not hand it over again.
+    let server = link_server(&[("MOBILE_AGENT_TOKEN", AGENT_TOKEN)]);
+    let mut agent = agent_ws(&server);
+    agent.send(json!({"t":"hello","v":1,"token":AGENT_TOKEN}));
+    assert_eq!(agent.recv()["t"], "welcome");
+    let mut phone = Client::hello(&server, "tel-1");
+    say(&mut phone, "m1", "over the network");
+    while agent.recv()["t"] != "message" {}
+    wait_until("the owed row is gone", Duration::from_secs(10), || {
+        owed_rows(&server) == 0
+    });
+}
+
 #[test]
 fn the_agent_route_is_absent_without_a_token_and_the_tokens_must_differ() {
     let server = link_server(&[]);

@@ -370,6 +370,11 @@ impl Conn {
         self.outbox_bytes
     }
 
+    /// Every frame queued so far has been written to the socket.
+    pub fn all_written(&self) -> bool {
+        self.outbox.is_empty() && !self.blocked
+    }
+
     /// The agent-link peer this `/agent` connection carries.
     pub fn agent_peer(&self) -> Option<hermes_mobile::agent_link::PeerId> {
         match self.role() {

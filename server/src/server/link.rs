@@ -31,14 +31,16 @@ impl Server {
 
     /// A line for a peer of the link. An owed event it carries is the agent's once the
     /// line is written whole (L64): on a pipe or socket when its last byte left our
-    /// outbox; on `/agent` when tungstenite took the message (its buffer is the socket's).
+    /// outbox; on `/agent` once the connection's queue is written to the socket.
     /// A peer that is gone leaves it owed, for the next start.
     pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, owed: Option<EventKey>, now: Instant) {
         match self.link_transports.home(peer) {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
                 line.pop(); // a WebSocket message is the line without its newline
                 self.conns.queue(key, line);
-                self.wiring.handle_link_written(owed.into_iter().collect());
+                if let Some(owed) = owed {
+                    self.agent_ws_owed.entry(key).or_default().push(owed);
+                }
             }
             Some(PeerHome::Ws(..)) => {}
             Some(home) => {

@@ -2,6 +2,7 @@
 //! core and the agent. It moves bytes between sockets and the core, reads the clock, fires
 //! timers, and does nothing a test of the core could not see.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use std::time::{Duration, Instant};
 use std::sync::Arc;
 
 use hermes_mobile::agent_link::{AgentLink, QueueLimits};
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::{ConnId, Gateway, Time};
 use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token};
@@ -85,6 +87,9 @@ pub struct Server {
     /// A connection's queue drained during `drive`'s flush: the core may have more to say
     /// (a paused replay's next page), so `drive` goes round once more.
     drained_news: bool,
+    /// Owed events on their way to an `/agent` WebSocket, by connection key: handed over
+    /// once its queue is written (L64), left owed if it dies first.
+    agent_ws_owed: HashMap<usize, Vec<EventKey>>,
     incoming: Vec<Incoming>,
     due: Vec<TimerKey>,
     /// SIGINT or SIGTERM was acted on: connections are closing; `TimerKey::Shutdown`
@@ -269,6 +274,7 @@ impl Server {
             touched: Vec::new(),
             link_out: Vec::new(),
             drained_news: false,
+            agent_ws_owed: HashMap::new(),
             incoming: Vec::new(),
             due: Vec::new(),
             shutting_down: false,

@@ -157,7 +157,14 @@ impl Server {
         if too_slow {
             return self.kill(key, "client too slow: frames not read");
         }
-        if wrote && conn.queued_bytes() == 0 && conn.in_core() {
+        if conn.agent_peer().is_some() {
+            if conn.all_written() {
+                if let Some(keys) = self.agent_ws_owed.remove(&key) {
+                    self.wiring.handle_link_written(keys);
+                    self.drained_news = true; // the records go in this wake-up
+                }
+            }
+        } else if wrote && conn.queued_bytes() == 0 && conn.in_core() {
             // A resume's replay goes at the phone's pace (review A #5); `drive` carries on.
             self.wiring.handle_drained(conn_id(key, generation));
             self.drained_news = true;
@@ -194,6 +201,7 @@ impl Server {
         }
         let in_core = conn.leave_core();
         let agent_peer = conn.agent_peer();
+        self.agent_ws_owed.remove(&key); // still owed: handed over again at the next start
         let t = self.time(Instant::now());
         if in_core {
             self.wiring.handle_close(t, id);
