@@ -1,5 +1,7 @@
 //! What the journal keeps at most, applied lazily: after a commit, at most once a second,
-//! in a transaction of its own (a failed trim never costs the core a batch).
+//! in a transaction of its own (a failed trim never costs the core a batch). Rows written
+//! too soon after a pass for their own commit to run one get a pass a second after it,
+//! even if nothing more is written (L62: within about a second, also on a quiet gateway).
 //!
 //! A held entry and an open card are never trimmed by count, age or the device cap: they
 //! are owed to a device. An event owed to the agent (the `owed` table) is never touched
@@ -37,6 +39,8 @@ pub(super) struct Bounds {
     dedup_window: Duration,
     /// Devices written since the last pass, whose counts it checks.
     dirty: HashSet<String>,
+    /// Rows were written since the last pass: one is due a second after it.
+    pending: bool,
     /// The devices with entries at the last count: a write to another one recounts.
     counted: Option<HashSet<String>>,
     /// Passes run at most this often (tests run one after every commit).
@@ -57,6 +61,7 @@ impl Bounds {
             days: settings.days,
             dedup_window: settings.dedup_window,
             dirty: HashSet::new(),
+            pending: false,
             counted: None,
             every: Duration::from_secs(1),
             last_pass: None,
@@ -66,6 +71,11 @@ impl Bounds {
 
     /// Notes a record on its way in.
     pub(super) fn note(&mut self, record: &Record) {
+        // Any row may bring a bound into play: a put the counts and the device cap, a
+        // sent entry (history off) its deletion, a reservation the seqs cap.
+        if !matches!(record, Record::Confirm { .. }) {
+            self.pending = true;
+        }
         if let Record::Put(entry) = record {
             if !self.dirty.contains(&entry.device.0) {
                 self.dirty.insert(entry.device.0.clone());
@@ -77,10 +87,14 @@ impl Bounds {
         self.last_pass.is_none_or(|last| now.duration_since(last) >= self.every)
     }
 
-    /// When the journal thread, idle, should wake for a pass: the age bound applies even
-    /// to a journal nothing is written to.
+    /// When the journal thread, idle, should wake for a pass: a second after the last one
+    /// if rows were written since (their commit came too soon after it to run one), else
+    /// at the age scan, which applies even to a journal nothing is written to.
     pub(super) fn idle_pass_at(&self) -> Instant {
-        self.next_age_scan
+        match self.last_pass {
+            Some(last) if self.pending => (last + self.every).min(self.next_age_scan),
+            _ => self.next_age_scan,
+        }
     }
 
     /// Every bound over every device but the age (at open: counting entries per device
@@ -97,7 +111,10 @@ impl Bounds {
 
     /// One pass; `now_unix` is unix ms, for ages.
     pub(super) fn run(&mut self, conn: &Connection, now_unix: u64, now: Instant) -> rusqlite::Result<()> {
+        // Cleared first: a pass that fails is tried again after the next write, not at
+        // every wake.
         self.last_pass = Some(now);
+        self.pending = false;
         if !self.history {
             conn.execute("DELETE FROM entries WHERE held = 0 AND open = 0", [])?;
         }

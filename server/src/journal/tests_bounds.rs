@@ -13,6 +13,22 @@ use super::*;
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// Waits until `done` holds, at most 5 s: a pass is due about a second after the writes
+/// that need it, so this polls rather than sleeping a fixed time and then asserting.
+fn within_seconds(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}: not within 5 s");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn puts(device: &str, seqs: std::ops::RangeInclusive<u64>, ticket: u64) -> Vec<Record> {
+    seqs.map(|s| Record::Put(entry(device, &format!("m:{s}"), s)))
+        .chain([Record::Confirm { ticket }])
+        .collect()
+}
+
 /// Starts a worker that trims after every commit, writes `records` and a confirm, and
 /// stops it (the pass runs on the thread before it ends).
 pub(super) fn write_and_trim(settings: &JournalSettings, clock: Clock, records: Vec<Record>) {
@@ -45,6 +61,60 @@ fn a_device_keeps_its_newest_items_and_everything_it_is_owed() {
     write_and_trim(&settings, clock(), records);
     assert_eq!(seqs_of(&read_device(&settings.path, &dev("a")).unwrap()), vec![1, 2, 6]);
     assert_eq!(seqs_of(&read_device(&settings.path, &dev("b")).unwrap()), vec![1, 2, 3]);
+}
+
+// decisions L62: bounds are applied within about a second, also on a gateway that goes
+// quiet right after a burst (the pass after a commit runs at most once a second, so the
+// burst's own commits may all come too soon after the last one).
+#[test]
+fn the_item_bound_applies_within_about_a_second_of_the_last_write() {
+    let dir = Dir::new("items-quiet");
+    let settings = JournalSettings {
+        items: 2,
+        ..dir.settings()
+    };
+    let (store, _) = open(&settings, clock());
+    assert_eq!(store.bounds.every, Duration::from_secs(1), "the real pace");
+    let mut rig = Rig::start(store);
+    let seqs = || seqs_of(&read_device(&settings.path, &dev("a")).unwrap());
+    // Within a second of the open's pass, and then nothing more is written.
+    rig.worker.write(puts("a", 1..=3, 1));
+    rig.committed(1);
+    within_seconds("the first burst trimmed", || seqs() == [2, 3]);
+    // Again within a second of that pass.
+    rig.worker.write(puts("a", 4..=5, 2));
+    rig.committed(2);
+    within_seconds("the second burst trimmed", || seqs() == [4, 5]);
+}
+
+// decisions L62: with history off, a delivered entry leaves the file within about a
+// second, though nothing is written after its delivery.
+#[test]
+fn with_history_off_a_delivered_entry_goes_within_about_a_second() {
+    let dir = Dir::new("no-history-quiet");
+    let settings = JournalSettings {
+        history: false,
+        ..dir.settings()
+    };
+    let (store, _) = open(&settings, clock());
+    let mut rig = Rig::start(store);
+    let held = Entry {
+        held: true,
+        ..entry("a", "m:1", 1)
+    };
+    rig.worker.write(vec![Record::Put(held), Record::Confirm { ticket: 1 }]);
+    rig.committed(1);
+    rig.worker.write(vec![
+        Record::Sent {
+            device: dev("a"),
+            keys: vec!["m:1".into()],
+        },
+        Record::Confirm { ticket: 2 },
+    ]);
+    rig.committed(2);
+    within_seconds("the delivered entry dropped", || {
+        read_device(&settings.path, &dev("a")).unwrap().is_empty()
+    });
 }
 
 #[test]
