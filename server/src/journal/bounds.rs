@@ -11,7 +11,8 @@
 //! age scan (a full scan of `entries`: no index on `at`) once an hour, the first a minute
 //! after the open rather than at it, so that it neither delays the start (0.25 s for a
 //! 660 MB journal in the page cache, seconds from a disk) nor the replays of the phones
-//! that reconnect at once.
+//! that reconnect at once. Until it runs, reads leave out what it would delete
+//! ([`Bounds::age_cutoff`]), so the age bound is seen at once all the same.
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -97,6 +98,12 @@ impl Bounds {
         }
     }
 
+    /// Entries kept before this (unix ms) are past `MOBILE_HISTORY_DAYS`: reads leave them
+    /// out at once, the age scan deletes them later.
+    pub(super) fn age_cutoff(&self, now_unix: u64) -> u64 {
+        now_unix.saturating_sub(DAY_MS.saturating_mul(u64::from(self.days)))
+    }
+
     /// Every bound over every device but the age (at open: counting entries per device
     /// walks an index, not the table).
     pub(super) fn run_all(&mut self, conn: &Connection, now_unix: u64, now: Instant) -> rusqlite::Result<()> {
@@ -121,7 +128,7 @@ impl Bounds {
         if now >= self.next_age_scan {
             // Set first: a scan that fails is tried again in an hour, not at every wake.
             self.next_age_scan = now + AGE_SCAN_EVERY;
-            let cutoff = now_unix.saturating_sub(DAY_MS.saturating_mul(u64::from(self.days)));
+            let cutoff = self.age_cutoff(now_unix);
             conn.execute(
                 "DELETE FROM entries WHERE at < ?1 AND held = 0 AND open = 0",
                 [int(cutoff)],

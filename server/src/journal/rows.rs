@@ -160,51 +160,44 @@ fn reserve(conn: &Connection, device: &DeviceId, upto: u64, now: u64) -> rusqlit
 /// How stale a device's `used_at` may get before a put rewrites it.
 const USED_AT_EVERY_MS: i64 = 60_000;
 
-/// Answers a read; both kinds walk the `(device, seq)` index.
-pub(super) fn read(conn: &Connection, read: &Read, clock: Clock) -> rusqlite::Result<ReadResult> {
-    match read {
-        Read::After { device, after, limit } => {
-            // One row past the limit tells whether more follow.
-            let take = int(u64::try_from(*limit).unwrap_or(u64::MAX)).saturating_add(1);
-            let mut stmt = conn.prepare_cached(concat!(
+/// Answers a read; both kinds walk the `(device, seq)` index. An entry kept before
+/// `cutoff` (unix ms) is past `MOBILE_HISTORY_DAYS` and left out, so the bound is seen at
+/// once though the scan that deletes it runs hourly (L62); a held entry or an open card is
+/// never past it, as that scan spares them.
+pub(super) fn read(conn: &Connection, read: &Read, clock: Clock, cutoff: u64) -> rusqlite::Result<ReadResult> {
+    let (device, limit) = match read {
+        Read::After { device, limit, .. } | Read::Before { device, limit, .. } => (device, *limit),
+    };
+    // One row past the limit tells whether more remain.
+    let take = int(u64::try_from(limit).unwrap_or(u64::MAX)).saturating_add(1);
+    let map = |row: &Row<'_>| entry(row, clock);
+    let mut entries: Vec<Entry> = match read {
+        Read::After { after, .. } => conn
+            .prepare_cached(concat!(
                 "SELECT ",
                 columns!(),
-                " FROM entries WHERE device = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"
-            ))?;
-            let mut entries: Vec<Entry> = stmt
-                .query_map(params![device.0, int(*after), take], |row| entry(row, clock))?
-                .collect::<rusqlite::Result<_>>()?;
-            let more = entries.len() > *limit;
-            entries.truncate(*limit);
-            Ok(ReadResult { entries, more })
-        }
-        Read::Before { device, before, limit } => {
-            // One row past the limit tells whether older ones remain.
-            let take = int(u64::try_from(*limit).unwrap_or(u64::MAX)).saturating_add(1);
-            let mut stmt = match before {
-                Some(_) => conn.prepare_cached(concat!(
-                    "SELECT ",
-                    columns!(),
-                    " FROM entries WHERE device = ?1 AND seq < ?3 ORDER BY seq DESC LIMIT ?2"
-                ))?,
-                None => conn.prepare_cached(concat!(
-                    "SELECT ",
-                    columns!(),
-                    " FROM entries WHERE device = ?1 ORDER BY seq DESC LIMIT ?2"
-                ))?,
-            };
-            let map = |row: &Row<'_>| entry(row, clock);
-            let mut entries: Vec<Entry> = match before {
-                Some(before) => stmt.query_map(params![device.0, take, int(*before)], map)?,
-                None => stmt.query_map(params![device.0, take], map)?,
-            }
-            .collect::<rusqlite::Result<_>>()?;
-            let more = entries.len() > *limit;
-            entries.truncate(*limit);
-            entries.reverse();
-            Ok(ReadResult { entries, more })
-        }
+                " FROM entries WHERE device = ?1 AND seq > ?2",
+                " AND (at >= ?4 OR held = 1 OR open = 1) ORDER BY seq LIMIT ?3"
+            ))?
+            .query_map(params![device.0, int(*after), take, int(cutoff)], map)?
+            .collect::<rusqlite::Result<_>>()?,
+        // Without `before`, the newest: below every seq.
+        Read::Before { before, .. } => conn
+            .prepare_cached(concat!(
+                "SELECT ",
+                columns!(),
+                " FROM entries WHERE device = ?1 AND seq < ?2",
+                " AND (at >= ?4 OR held = 1 OR open = 1) ORDER BY seq DESC LIMIT ?3"
+            ))?
+            .query_map(params![device.0, before.map_or(i64::MAX, int), take, int(cutoff)], map)?
+            .collect::<rusqlite::Result<_>>()?,
+    };
+    let more = entries.len() > limit;
+    entries.truncate(limit);
+    if matches!(read, Read::Before { .. }) {
+        entries.reverse();
     }
+    Ok(ReadResult { entries, more })
 }
 
 /// Every entry of a device in seq order (the CLI's history).

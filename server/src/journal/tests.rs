@@ -120,7 +120,7 @@ impl Rig {
         assert_eq!(self.next(), Done::Committed { ticket });
     }
 
-    fn read(&mut self, token: u64, read: Read) -> ReadResult {
+    pub(super) fn read(&mut self, token: u64, read: Read) -> ReadResult {
         self.worker.read(token, read);
         match self.next() {
             Done::Read {

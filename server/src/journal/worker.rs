@@ -272,7 +272,8 @@ impl Thread {
     }
 
     fn read(&mut self, token: u64, read: &Read) {
-        let result = rows::read(&self.conn, read, self.clock);
+        let cutoff = self.bounds.age_cutoff(now_unix_ms());
+        let result = rows::read(&self.conn, read, self.clock, cutoff);
         if let Err(e) = &result {
             self.note_damage(e);
             // An I/O error or a full disk may have rolled the open transaction back under
