@@ -52,11 +52,15 @@ fn a_reply_streamed_while_the_gateway_is_killed_keeps_what_was_committed() {
     d.auto_commit = false;
     d.advance(DEMO_STEP * 8);
     d.restart(true);
+    d.auto_commit = true;
     let (_, frames) = d.hello("tel-1", None);
-    let message = last(&frames, "message");
-    let text = message["text"].as_str().unwrap();
+    let messages = only(&frames, "message");
+    let text = messages[0]["text"].as_str().unwrap();
     assert!("one two three four".starts_with(text), "a committed version: {text:?}");
     assert_ne!(text, "one two three four", "the later versions were never committed");
+    // Nor was the end of the answer: the message is owed still and answered again (L64).
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_ne!(messages[1]["id"], messages[0]["id"]);
 }
 
 fn open_card_across(killed: bool) {
@@ -299,4 +303,72 @@ fn with_history_off_a_held_reply_still_survives() {
     d.restart(true);
     let (_, frames) = d.hello("tel-1", None);
     assert_eq!(types(&frames), ["ready"]);
+}
+
+#[test]
+fn a_message_whose_streamed_answer_had_not_ended_is_answered_again_after_a_sigkill() {
+    // L64 (review B #1): the demo has a message once its answer has ended, not when it
+    // starts streaming it; a crash in between hands the message over again.
+    let mut d = Driver::demo();
+    let (phone, _) = d.hello("tel-1", Some(0));
+    d.send(phone, json!({"t":"text","id":"m1","text":"/stream one two three four"}));
+    assert_eq!(only(&d.take(phone), "received").len(), 1);
+    d.advance(DEMO_STEP);
+    d.restart(true);
+    d.advance(DEMO_STEP * 8);
+    let (phone, frames) = d.hello("tel-1", None);
+    let message = last(&frames, "message");
+    assert_eq!(
+        (&message["text"], &message["final"]),
+        (&json!("one two three four"), &json!(true)),
+        "answered again, whole"
+    );
+    // That answer ended: a second crash owes the demo nothing.
+    d.close(phone);
+    d.restart(true);
+    d.advance(DEMO_STEP * 8);
+    let (_, frames) = d.hello("tel-1", None);
+    assert!(only(&frames, "message").is_empty(), "{frames:?}");
+}
+
+/// What a chat request asks the model: its last message.
+fn asked(request: &str) -> String {
+    let (_, body) = request.split_once("\r\n\r\n").expect("a head and a body");
+    let body: Value = serde_json::from_str(body).expect("a JSON body");
+    let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+    last.map(|m| m["content"].as_str().unwrap_or("?").to_owned())
+        .unwrap_or_default()
+}
+
+/// The texts of the final versions of the replies among `frames`.
+fn final_texts(frames: &[Value]) -> Vec<String> {
+    only(frames, "message")
+        .iter()
+        .filter(|m| m["final"] == true)
+        .map(|m| m["text"].as_str().unwrap_or("?").to_owned())
+        .collect()
+}
+
+#[test]
+fn messages_an_http_agent_had_not_answered_are_answered_after_a_sigkill() {
+    // L64 (review B #1): m2 waits in the device's inbox behind m1's turn (L44). The agent
+    // is done with a message when its turn ends, so a crash before that owes both.
+    let mut d = Driver::new(config(), AgentKind::OpenAi);
+    let (phone, _) = d.hello("tel-1", Some(0));
+    d.send(phone, json!({"t":"text","id":"m1","text":"first"}));
+    d.send(phone, json!({"t":"text","id":"m2","text":"second"}));
+    assert_eq!(only(&d.take(phone), "received").len(), 2);
+    assert_eq!(d.calls.len(), 1, "one turn at a time");
+    d.restart(true);
+    let (phone, _) = d.hello("tel-1", None);
+    for text in ["first", "second"] {
+        let (id, request) = d.calls.pop().unwrap_or_else(|| panic!("no call for {text:?}"));
+        assert!(d.calls.is_empty(), "one turn at a time");
+        assert_eq!(asked(&request), text);
+        d.answer(id, &format!("re: {text}"));
+    }
+    assert_eq!(final_texts(&d.take(phone)), ["re: first", "re: second"]);
+    // Both turns ended: a second crash owes the agent nothing.
+    d.restart(true);
+    assert!(d.calls.is_empty(), "{:?}", d.calls);
 }

@@ -5,6 +5,7 @@ use std::collections::{HashSet, VecDeque};
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::wire::{DownloadKind, UploadKind};
 use hermes_mobile::{
     AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, PromptRequest, Time,
@@ -37,6 +38,8 @@ struct Stream {
     ends: Vec<usize>,
     next: usize,
     due: Time,
+    /// The message it answers: the demo is done with it after the last version (L64).
+    owed: Option<EventKey>,
 }
 
 #[derive(Debug)]
@@ -49,6 +52,8 @@ pub struct DemoAgent {
     cards: HashSet<PromptId>,
     streams: Vec<Stream>,
     out: VecDeque<AgentCommand>,
+    /// Owed events it is done with, for `poll_handed`.
+    handed: VecDeque<EventKey>,
 }
 
 impl DemoAgent {
@@ -62,6 +67,7 @@ impl DemoAgent {
             cards: HashSet::new(),
             streams: Vec::new(),
             out: VecDeque::new(),
+            handed: VecDeque::new(),
         }
     }
 
@@ -110,7 +116,8 @@ impl DemoAgent {
         self.card(device, request, ttl_secs);
     }
 
-    fn on_text(&mut self, now: Time, device: &DeviceId, text: &str) {
+    /// `owed` is taken by a stream, the one answer that outlives the step.
+    fn on_text(&mut self, now: Time, device: &DeviceId, text: &str, owed: &mut Option<EventKey>) {
         let Some(command_line) = text.strip_prefix('/') else {
             return self.say(device, format!("echo: {text}"));
         };
@@ -120,7 +127,7 @@ impl DemoAgent {
         };
         match command {
             "help" => self.say(device, HELP.into()),
-            "stream" if !rest.is_empty() => self.stream(now, device, rest),
+            "stream" if !rest.is_empty() => self.stream(now, device, rest, owed.take()),
             "stream" => self.say(device, "error: /stream needs some text".into()),
             "long" => match rest.parse::<usize>() {
                 Ok(n) if (1..=100_000).contains(&n) => {
@@ -200,7 +207,7 @@ impl DemoAgent {
         }
     }
 
-    fn stream(&mut self, now: Time, device: &DeviceId, text: &str) {
+    fn stream(&mut self, now: Time, device: &DeviceId, text: &str, owed: Option<EventKey>) {
         // Version k ends after the k-th word; the last version is the whole text.
         let mut ends = Vec::new();
         let mut in_word = false;
@@ -218,6 +225,7 @@ impl DemoAgent {
             ends,
             next: 0,
             due: now,
+            owed,
         };
         self.streams.push(stream);
         self.handle_timeout(now);
@@ -226,6 +234,7 @@ impl DemoAgent {
 
 impl PureAgent for DemoAgent {
     fn handle_event(&mut self, now: Time, event: AgentEvent) {
+        let mut owed = EventKey::of(&event);
         match event {
             AgentEvent::MessageReceived {
                 device,
@@ -275,7 +284,7 @@ impl PureAgent for DemoAgent {
                     });
                     self.end_turn(&device);
                 } else if let Some(text) = text {
-                    self.on_text(now, &device, &text);
+                    self.on_text(now, &device, &text, &mut owed);
                 }
             }
             AgentEvent::PromptAnswered {
@@ -311,6 +320,8 @@ impl PureAgent for DemoAgent {
             }
             AgentEvent::UserTyping { .. } | AgentEvent::DeviceOnline { .. } | AgentEvent::DeviceOffline { .. } => {}
         }
+        // Answered within this step, unless a stream took it.
+        self.handed.extend(owed);
     }
 
     fn handle_timeout(&mut self, now: Time) {
@@ -335,6 +346,7 @@ impl PureAgent for DemoAgent {
         }
         for i in finished.into_iter().rev() {
             let s = self.streams.remove(i);
+            self.handed.extend(s.owed);
             self.out.push_back(AgentCommand::EndTurn { device: s.device });
         }
     }
@@ -347,16 +359,20 @@ impl PureAgent for DemoAgent {
         self.streams.iter().map(|s| s.due).min()
     }
 
+    fn poll_handed(&mut self) -> Option<EventKey> {
+        self.handed.pop_front()
+    }
+
     /// A stream the gateway refused stops stepping (issue 8 #3); a card it refused is
     /// forgotten; either way the user hears why.
     fn handle_refused(&mut self, _now: Time, what: Refused, error: &CommandError) {
         let device = match what {
             Refused::Reply { device, message } => {
-                let before = self.streams.len();
-                self.streams.retain(|s| s.message != message);
-                if self.streams.len() == before {
+                let Some(at) = self.streams.iter().position(|s| s.message == message) else {
                     return;
-                }
+                };
+                // Dropped for good: the note below is the message's answer.
+                self.handed.extend(self.streams.remove(at).owed);
                 device
             }
             Refused::Prompt { device, prompt } => {
@@ -458,6 +474,37 @@ mod tests {
         assert_eq!(r[0].0, "0123456789\n0123456789\n012");
         let r = reply_text(&text(&mut a, Time::ZERO, "/long 100000"));
         assert_eq!(r[0].0.len(), 100_000);
+    }
+
+    fn handed(agent: &mut DemoAgent) -> Vec<String> {
+        std::iter::from_fn(|| agent.poll_handed()).map(|k| k.key).collect()
+    }
+
+    #[test]
+    fn a_message_is_handed_when_its_answer_is_done() {
+        // L64 (review B #1): until then the journal keeps it for a restart.
+        let mut a = DemoAgent::new(Duration::from_millis(100), 0);
+        text(&mut a, Time::ZERO, "hi");
+        assert_eq!(handed(&mut a), ["m:1"], "answered within the step");
+        text(&mut a, Time::ZERO, "/stream one two");
+        assert!(handed(&mut a).is_empty(), "its last version is still to come");
+        a.handle_timeout(Time::from_millis(100));
+        assert_eq!(handed(&mut a), ["m:1"]);
+    }
+
+    #[test]
+    fn a_stream_the_gateway_refused_is_done_with() {
+        let mut a = DemoAgent::new(Duration::from_millis(100), 0);
+        let cmds = text(&mut a, Time::ZERO, "/stream a b c");
+        let Some(AgentCommand::Reply { device, message, .. }) = cmds.first().cloned() else {
+            panic!("{cmds:?}")
+        };
+        a.handle_refused(
+            Time::ZERO,
+            Refused::Reply { device, message },
+            &CommandError::TooManyStreams,
+        );
+        assert_eq!(handed(&mut a), ["m:1"], "dropped for good, with a note");
     }
 
     #[test]

@@ -74,6 +74,12 @@ pub trait PureAgent {
     /// The journal committed everything up to `ticket` (`Accepted::Kept`), or could not
     /// (`kept: false`).
     fn handle_committed(&mut self, _now: Time, _ticket: u64, _kept: bool) {}
+    /// An owed event (a message, a card's answer or expiry) the agent is done with: its
+    /// answer was given, or it was dropped for good (L64). Until then the journal keeps it,
+    /// and a restart hands it over again. Drain until `None` after every `handle_*`.
+    fn poll_handed(&mut self) -> Option<EventKey> {
+        None
+    }
 }
 
 /// The agent the event loop drives.
@@ -96,21 +102,16 @@ impl Agent {
     /// `file` says where (or why it could not be): the link hands that over, the others
     /// have the bytes in the event.
     ///
-    /// Returns the event's key if the agent has it now and it was owed (L64): the
-    /// in-process agents take every event at once; the link says what it wrote, or gave
-    /// up, later, as [`AgentIo::Handed`].
+    /// Returns `None`: no backend is done with an owed event the moment it takes it
+    /// (L64). Each says so later, as [`AgentIo::Handed`]: the link once it wrote the
+    /// event's line or gave it up, an in-process agent once its answer has ended or it
+    /// dropped the event (a message can wait behind a turn for up to 30 minutes, L44).
     pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) -> Option<EventKey> {
         match self {
-            Agent::Link(a) => {
-                a.handle_saved_event(now, event, file);
-                None
-            }
-            other => {
-                let key = EventKey::of(&event);
-                other.pure().handle_event(now, event);
-                key
-            }
+            Agent::Link(a) => a.handle_saved_event(now, event, file),
+            other => other.pure().handle_event(now, event),
         }
+        None
     }
 
     pub fn handle_timeout(&mut self, now: Time) {
@@ -139,6 +140,11 @@ impl Agent {
 
     /// The next piece of work for the loop. Drain until `None` after every `handle_*`.
     pub fn poll_io(&mut self) -> Option<AgentIo> {
+        // The in-process agents say which owed events they are done with; the link says
+        // it of the lines it wrote, through its own `AgentIo::Handed`.
+        if let Some(key) = self.pure().poll_handed() {
+            return Some(AgentIo::Handed(key));
+        }
         match self {
             Agent::Demo(_) => None,
             Agent::Link(a) => a.poll_io(),

@@ -8,14 +8,18 @@
 #![allow(dead_code)]
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use hermes_mobile::agent_link::{AgentLink, PeerId, QueueLimits};
 use hermes_mobile::journal::memory::MemoryJournal;
 use hermes_mobile::journal::JournalConfig;
+use hermes_mobile::upstream::{Endpoint, ResponseHead};
 use hermes_mobile::{Config, ConnId, Gateway, Peer, Time};
 use hermes_mobile_server::agent::demo::DemoAgent;
-use hermes_mobile_server::agent::io::{LoadError, PeerInput};
+use hermes_mobile_server::agent::http::{Backend, HttpAgent, HttpSettings};
+pub use hermes_mobile_server::agent::io::CallId;
+use hermes_mobile_server::agent::io::{CallEvent, LoadError, PeerInput};
 use hermes_mobile_server::agent::link::LinkAgent;
 use hermes_mobile_server::agent::Agent;
 use hermes_mobile_server::wiring::{Wiring, WiringIo};
@@ -32,6 +36,9 @@ pub const AGENT: PeerId = PeerId(1);
 pub enum AgentKind {
     Demo,
     Link,
+    /// `openai:`, its backend as slow as the test wants: calls wait in
+    /// [`Driver::calls`] until [`Driver::answer`].
+    OpenAi,
 }
 
 pub struct Driver {
@@ -58,6 +65,8 @@ pub struct Driver {
     /// The agent does not read: lines written to it stay in the gateway's outbox (lost
     /// with the process).
     pub stalled_link: bool,
+    /// The HTTP agent's calls the backend has not answered yet: their id and request.
+    pub calls: Vec<(CallId, String)>,
 }
 
 /// A core configured as the server configures it with the journal on.
@@ -79,6 +88,27 @@ fn agent_of(kind: AgentKind, config: &Config, start: u64) -> Agent {
                 QueueLimits::default(),
             )))
         }
+        AgentKind::OpenAi => Agent::Http(HttpAgent::new(openai_settings(), start)),
+    }
+}
+
+fn openai_settings() -> HttpSettings {
+    HttpSettings {
+        backend: Backend::OpenAi,
+        endpoint: Endpoint::parse("http://127.0.0.1:8000/v1").expect("a test URL"),
+        model: "test-model".into(),
+        key: None,
+        system: None,
+        temperature: None,
+        headers: Vec::new(),
+        vision: false,
+        media_dirs: Vec::new(),
+        edit_interval: Duration::from_millis(300),
+        history_chars: 20_000,
+        history_turns: 20,
+        approval_ttl: 120,
+        concurrency: 4,
+        history_dir: PathBuf::from("/state/conversations"),
     }
 }
 
@@ -101,6 +131,7 @@ impl Driver {
             lines: Vec::new(),
             saved: 0,
             stalled_link: false,
+            calls: Vec::new(),
         }
     }
 
@@ -181,9 +212,9 @@ impl Driver {
                 let result = self.journal.read(&read);
                 self.wiring.handle_journal_read(now, token, Ok(result));
             }
-            WiringIo::Call { .. } | WiringIo::PushCall { .. } | WiringIo::Cancel(_) => {
-                panic!("no HTTP agent or push in memory")
-            }
+            WiringIo::Call { id, request } => self.calls.push((id, String::from_utf8_lossy(&request).into())),
+            WiringIo::Cancel(id) => self.calls.retain(|(c, _)| *c != id),
+            WiringIo::PushCall { .. } => panic!("no push in memory"),
             WiringIo::Persist { .. } | WiringIo::PersistLatest { .. } => {}
         }
     }
@@ -217,6 +248,7 @@ impl Driver {
         self.sent.clear();
         self.closed.clear();
         self.lines.clear();
+        self.calls.clear();
         self.step();
     }
 
@@ -309,6 +341,23 @@ impl Driver {
         };
         self.wiring.handle_peer(self.now, input);
         self.step();
+    }
+
+    // The HTTP agent's backend.
+
+    /// The backend answers the open call `id` with `text`, streamed whole, and ends it.
+    pub fn answer(&mut self, id: CallId, text: &str) {
+        let head = ResponseHead {
+            status: 200,
+            reason: "OK".into(),
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+        };
+        let chunk = json!({"choices": [{"index": 0, "delta": {"content": text}}]});
+        let body = format!("data: {chunk}\n\ndata: [DONE]\n\n").into_bytes();
+        for event in [CallEvent::Head(head), CallEvent::Body(body), CallEvent::End] {
+            self.wiring.handle_call(self.now, id, event);
+            self.step();
+        }
     }
 
     /// The lines the link wrote since the last take.

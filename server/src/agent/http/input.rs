@@ -2,6 +2,7 @@
 //! part for a vision model or a note otherwise, other files as notes (small text files with
 //! their content), voice as its recognized text.
 
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::uploads::ReceivedFile;
 use hermes_mobile::wire::UploadKind;
 use serde_json::{json, Value};
@@ -19,6 +20,9 @@ pub struct Input {
     pub image: Option<(String, Vec<u8>)>,
     /// What the conversation keeps of it (text only).
     pub history: String,
+    /// The journal's key of the message: owed to the agent until its turn has ended or
+    /// it is dropped, so that a restart before then hands it over again (L64).
+    pub owed: Option<EventKey>,
 }
 
 impl Input {
@@ -27,6 +31,7 @@ impl Input {
             history: text.clone(),
             text,
             image: None,
+            owed: None,
         }
     }
 
@@ -76,6 +81,7 @@ pub fn input_of(text: Option<String>, audio: bool, file: Option<ReceivedFile>, v
             text: caption.unwrap_or_else(|| "(an image)".into()),
             image: Some((file.mime, file.data)),
             history,
+            owed: None,
         });
     }
     let mut note = match file.kind {

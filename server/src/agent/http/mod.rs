@@ -12,6 +12,8 @@
 //! as coalesced edits (M2), keeps a cut stream's partial answer (marked), retries only
 //! before anything was shown, and always ends with `end_turn`. Output for a phone that
 //! went offline is held by the core (M4): the backend's stream is held to its end.
+//! A message stays owed to the agent (L64) until its turn has ended or it is dropped, so
+//! a restart in the meantime answers it again rather than losing it from an inbox.
 
 mod calls;
 mod conversation;
@@ -30,6 +32,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use hermes_mobile::agent::PromptKind;
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::upstream::{Endpoint, RunId};
 use hermes_mobile::wire::DownloadKind;
 use hermes_mobile::{AgentCommand, AgentEvent, CommandError, DeviceId, MessageId, OutgoingFile, PromptId, Time};
@@ -174,6 +177,8 @@ pub struct HttpAgent {
     next_load: u64,
     out: VecDeque<AgentCommand>,
     io: VecDeque<AgentIo>,
+    /// Owed events it is done with, for `poll_handed`.
+    handed: VecDeque<EventKey>,
     reach: Reach,
 }
 
@@ -194,6 +199,7 @@ impl HttpAgent {
             next_load: 0,
             out: VecDeque::new(),
             io: VecDeque::new(),
+            handed: VecDeque::new(),
             reach: Reach::Unknown,
         }
     }
@@ -378,6 +384,7 @@ impl HttpAgent {
 
 impl PureAgent for HttpAgent {
     fn handle_event(&mut self, now: Time, event: AgentEvent) {
+        let mut owed = EventKey::of(&event);
         match event {
             AgentEvent::MessageReceived {
                 device,
@@ -397,7 +404,7 @@ impl PureAgent for HttpAgent {
                     }
                     Some("/stop") => self.stop(&device),
                     _ => match input_of(text, audio.is_some(), file, self.settings.vision) {
-                        Ok(input) => self.on_message(now, device, input),
+                        Ok(input) => self.on_message(now, device, input, owed.take()),
                         Err(note) => self.note(&device, note),
                     },
                 }
@@ -414,6 +421,9 @@ impl PureAgent for HttpAgent {
             | AgentEvent::DeviceOnline { .. }
             | AgentEvent::DeviceOffline { .. } => {}
         }
+        // All but a message for a turn is done with here: a gateway command, a note
+        // instead of a turn, a card's answer (posted at once; nothing of it waits).
+        self.handed.extend(owed);
         self.start_waiting(now);
     }
 
@@ -452,6 +462,10 @@ impl PureAgent for HttpAgent {
 
     fn poll_command(&mut self) -> Option<AgentCommand> {
         self.out.pop_front()
+    }
+
+    fn poll_handed(&mut self) -> Option<EventKey> {
+        self.handed.pop_front()
     }
 
     fn poll_timeout(&self) -> Option<Time> {

@@ -195,6 +195,10 @@ impl HttpAgent {
         if let Some(call) = turn.call().filter(|c| self.calls.remove(c).is_some()) {
             self.io.push_back(crate::agent::io::AgentIo::Cancel(call));
         }
+        // Its final reply is out (the answer, or why there is none): the message is done
+        // with (L64). Its files are still to be read: a crash now loses them rather than
+        // answering the message twice.
+        self.handed.extend(turn.input.owed.take());
         // The reply itself counts as one (done just below), each file as one more.
         turn.phase = TurnPhase::Finishing { left: paths.len() + 1 };
         for path in paths {

@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::upstream::{Coalescer, History};
 use hermes_mobile::{AgentCommand, DeviceId, MessageId, Time};
 
@@ -92,7 +93,8 @@ impl HttpAgent {
         }
     }
 
-    pub(super) fn on_message(&mut self, now: Time, device: DeviceId, input: Input) {
+    /// A message for a turn; `owed`: its key, handed once it is answered or dropped.
+    pub(super) fn on_message(&mut self, now: Time, device: DeviceId, mut input: Input, owed: Option<EventKey>) {
         let d = self.device(now, &device);
         let busy = d.turn.is_some() || d.queued || d.loading || !d.inbox.is_empty();
         let full = d.inbox.len() >= INBOX_LIMIT || d.inbox_bytes() + input.size() > INBOX_BYTES;
@@ -101,8 +103,10 @@ impl HttpAgent {
         let full = full || all + input.size() > INBOX_TOTAL_BYTES;
         if busy && full {
             self.say(&device, say::INBOX_FULL.into());
+            self.handed.extend(owed);
             return;
         }
+        input.owed = owed;
         d.inbox.push_back(input);
         self.schedule(now, device);
     }
@@ -179,7 +183,9 @@ impl HttpAgent {
     pub(super) fn stop(&mut self, device: &DeviceId) {
         let dropped = match self.devices.get_mut(device) {
             Some(d) => {
-                let n = std::mem::take(&mut d.inbox).len();
+                let inbox = std::mem::take(&mut d.inbox);
+                let n = inbox.len();
+                self.handed.extend(inbox.into_iter().filter_map(|i| i.owed));
                 if d.queued {
                     d.queued = false;
                     self.waiting.retain(|w| w != device);

@@ -20,6 +20,8 @@ use super::{Backend, HttpAgent, HttpSettings};
 use crate::agent::io::{AgentIo, CallError, CallEvent, CallId, LoadError};
 use crate::agent::PureAgent;
 
+mod handed;
+
 /// Steps of virtual time before a scenario is taken to livelock.
 const MAX_STEPS: usize = 10_000;
 
@@ -29,6 +31,11 @@ struct Script {
     out: String,
     last_call: Option<CallId>,
     last_load: Option<u64>,
+    /// Messages sent so far: each gets its own id (`m1`, `m2`…).
+    texts: u32,
+    /// The keys of the owed events the agent is done with, in order (kept out of the
+    /// transcripts: `handed` tests look at them).
+    handed: Vec<String>,
 }
 
 fn settings(backend: Backend) -> HttpSettings {
@@ -63,6 +70,8 @@ impl Script {
             out: String::new(),
             last_call: None,
             last_load: None,
+            texts: 0,
+            handed: Vec::new(),
         }
     }
 
@@ -89,6 +98,10 @@ impl Script {
             while let Some(io) = self.agent.poll_io() {
                 any = true;
                 self.record_io(io);
+            }
+            while let Some(key) = self.agent.poll_handed() {
+                any = true;
+                self.handed.push(key.key);
             }
             if !any {
                 break;
@@ -134,9 +147,10 @@ impl Script {
     }
 
     fn text(&mut self, text: &str) {
+        self.texts += 1;
         let event = AgentEvent::MessageReceived {
             device: device(),
-            id: format!("m{}", self.now.as_millis()),
+            id: format!("m{}", self.texts),
             user: UserInfo::default(),
             text: Some(text.into()),
             audio: None,
