@@ -19,7 +19,7 @@
 //!
 //! The file is one plain schema (`sqlite3 journal.sqlite3 .schema` shows it, with
 //! comments); times in it are unix milliseconds, converted from the core's [`Time`] with
-//! the [`Clock`] given at open.
+//! the [`ClockSource`] given at open, which reads the wall clock afresh for each batch.
 
 mod bounds;
 mod marks;
@@ -39,7 +39,7 @@ mod tests_owed;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hermes_mobile::ids::DeviceId;
 use hermes_mobile::journal::{Entry, Snapshot};
@@ -76,8 +76,9 @@ impl JournalSettings {
     }
 }
 
-/// Converts between the core's [`Time`] (milliseconds since this run's origin) and the
-/// unix milliseconds in the file. A time from before this run's origin reads back as
+/// Converts between the core's [`Time`] (milliseconds since this run's origin, on the
+/// monotonic clock) and the unix milliseconds in the file, as of one moment: `Time::ZERO`
+/// is `origin_unix_ms`. A time from before this run's origin reads back as
 /// [`Time::ZERO`]: the core only compares it with later times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Clock {
@@ -91,6 +92,50 @@ impl Clock {
 
     pub fn time(self, unix_ms: u64) -> Time {
         Time::from_millis(unix_ms.saturating_sub(self.origin_unix_ms))
+    }
+}
+
+/// Where the store's [`Clock`] comes from: this run's, or one fixed for good (the CLI's,
+/// unix ms as they are; in tests, a run that began long ago).
+#[derive(Debug, Clone, Copy)]
+pub enum ClockSource {
+    /// This run, from its monotonic origin (the core's `Time::ZERO`); `wall` reads unix
+    /// ms. The wall clock is read afresh for each batch, not once at the start: a Pi has
+    /// no RTC and may start an hour behind until NTP steps its clock, and an offset kept
+    /// from before the step would write every dedup row and card deadline that much too
+    /// early (L61: they are then dropped or expire at the next start).
+    Run { origin: Instant, wall: fn() -> u64 },
+    Fixed(Clock),
+}
+
+impl ClockSource {
+    /// This run's clock; `origin` is the core's `Time::ZERO`.
+    pub fn run(origin: Instant) -> ClockSource {
+        ClockSource::run_with_wall(origin, now_unix_ms)
+    }
+
+    /// [`ClockSource::run`] with a wall clock a test can step.
+    pub(crate) fn run_with_wall(origin: Instant, wall: fn() -> u64) -> ClockSource {
+        ClockSource::Run { origin, wall }
+    }
+
+    /// The conversion as the wall clock says now: one batch's times all convert alike.
+    pub fn now(self) -> Clock {
+        match self {
+            ClockSource::Fixed(clock) => clock,
+            ClockSource::Run { origin, wall } => {
+                let since_origin = u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Clock {
+                    origin_unix_ms: wall().saturating_sub(since_origin),
+                }
+            }
+        }
+    }
+}
+
+impl From<Clock> for ClockSource {
+    fn from(clock: Clock) -> ClockSource {
+        ClockSource::Fixed(clock)
     }
 }
 
@@ -135,7 +180,7 @@ impl fmt::Display for MovedAside {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
-    clock: Clock,
+    clock: ClockSource,
     bounds: bounds::Bounds,
     /// Group commit: at most one commit per this long. Tests lengthen it so that "these
     /// batches share a commit" does not depend on how fast the machine is.

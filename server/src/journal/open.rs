@@ -15,7 +15,7 @@ use super::bounds::Bounds;
 use super::marks::{self, LastRun};
 use super::rows::{self, Flag};
 use super::schema::{self, VERSION};
-use super::{now_unix_ms, sibling, Clock, JournalSettings, MovedAside, Opened, Store, BUSY_TIMEOUT};
+use super::{now_unix_ms, sibling, Clock, ClockSource, JournalSettings, MovedAside, Opened, Store, BUSY_TIMEOUT};
 
 /// Group commit: at most one commit per this long.
 const GROUP_COMMIT: Duration = Duration::from_millis(20);
@@ -42,7 +42,8 @@ struct Ready {
 impl Store {
     /// Opens (or creates) the journal and reads what the core restores from. Synchronous:
     /// call it before the loop starts.
-    pub fn open(settings: &JournalSettings, clock: Clock) -> Opened {
+    pub fn open(settings: &JournalSettings, clock: impl Into<ClockSource>) -> Opened {
+        let clock = clock.into();
         let ready = |r: Ready, moved_aside| Opened::Ready {
             store: r.store,
             snapshot: r.snapshot,
@@ -74,7 +75,7 @@ impl Store {
 }
 
 /// `floor`: seqs start above it (a journal that replaces one moved aside).
-fn open_once(settings: &JournalSettings, clock: Clock, floor: Option<u64>) -> Result<Ready, Failure> {
+fn open_once(settings: &JournalSettings, clock: ClockSource, floor: Option<u64>) -> Result<Ready, Failure> {
     let path = &settings.path;
     prepare_file(path)?;
     let conn = connect(path)?;
@@ -88,7 +89,7 @@ fn open_once(settings: &JournalSettings, clock: Clock, floor: Option<u64>) -> Re
         }
         bounds.run_all(&tx, now, Instant::now())?;
         tx.commit()?;
-        read_snapshot(&conn, clock, settings, now)
+        read_snapshot(&conn, clock.now(), settings, now)
     })()
     .map_err(|e| classify(path, e))?;
     // The open's reads filled SQLite's page cache; the loop needs little of it at first,

@@ -68,7 +68,7 @@ pub(super) fn entry(device: &str, key: &str, seq: u64) -> Entry {
     }
 }
 
-pub(super) fn open(settings: &JournalSettings, clock: Clock) -> (Store, Snapshot) {
+pub(super) fn open(settings: &JournalSettings, clock: impl Into<ClockSource>) -> (Store, Snapshot) {
     match Store::open(settings, clock) {
         Opened::Ready {
             store,

@@ -1,6 +1,7 @@
 //! The bounds: per-device count and age, history off, the device and seqs caps, the
 //! idempotency window. What is owed to a device (held entries, open cards) stays.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hermes_mobile::journal::{Entry, Read, Record, Window};
@@ -336,6 +337,48 @@ fn idempotency_rows_older_than_the_window_are_dropped() {
     let (_store, snapshot) = open(&settings, hour_ago);
     let ids: Vec<_> = snapshot.dedup.iter().map(|row| row.id.as_str()).collect();
     assert_eq!(ids, ["new"]);
+}
+
+// decisions L61: the I2 and S4 windows and a card's deadline survive a restart with their
+// real ages, even when the wall clock was stepped after the start (a Pi has no RTC: it may
+// boot an hour behind, and NTP set it right once the gateway runs).
+#[test]
+fn a_wall_clock_step_after_the_start_does_not_age_what_is_written() {
+    static BEHIND_MS: AtomicU64 = AtomicU64::new(3_600_000);
+    fn wall() -> u64 {
+        now_unix_ms() - BEHIND_MS.load(Ordering::Relaxed)
+    }
+    let dir = Dir::new("clock-step");
+    let settings = dir.settings();
+    let origin = Instant::now();
+    let (mut store, _) = open(&settings, ClockSource::run_with_wall(origin, wall));
+    store.bounds.every = Duration::ZERO;
+    let mut rig = Rig::start(store);
+    BEHIND_MS.store(0, Ordering::Relaxed); // NTP steps the clock forward
+    let now = Time::from_millis(u64::try_from(origin.elapsed().as_millis()).unwrap());
+    let card = Entry {
+        open: true,
+        deadline: Some(now + Duration::from_secs(300)),
+        ..entry("a", "p:1", 1)
+    };
+    rig.worker.write(vec![
+        Record::Dedup {
+            window: Window::Seen,
+            device: dev("a"),
+            id: "t1".into(),
+            at: now,
+            value: String::new(),
+        },
+        Record::Put(card),
+        Record::Confirm { ticket: 1 },
+    ]);
+    rig.committed(1);
+    drop(rig);
+    let (_store, snapshot) = open(&settings, clock());
+    let ids: Vec<_> = snapshot.dedup.iter().map(|row| row.id.as_str()).collect();
+    assert_eq!(ids, ["t1"], "a moment old, not an hour");
+    let left = snapshot.open_cards[0].deadline.unwrap();
+    assert!(left > Time::from_secs(290), "the card has its 5 minutes left: {left:?}");
 }
 
 #[test]

@@ -21,7 +21,7 @@ use rusqlite::Connection;
 use super::bounds::Bounds;
 use super::marks::{self, Mark};
 use super::open::size;
-use super::{now_unix_ms, rows, Clock, Store};
+use super::{now_unix_ms, rows, ClockSource, Store};
 
 /// What the journal thread reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,7 +170,7 @@ struct Open {
 struct Thread {
     conn: Connection,
     path: PathBuf,
-    clock: Clock,
+    clock: ClockSource,
     bounds: Bounds,
     interval: Duration,
     open: Option<Open>,
@@ -257,9 +257,10 @@ impl Thread {
             self.open = Some(Open { ticket: None });
         }
         let now = now_unix_ms();
+        let clock = self.clock.now();
         for (i, record) in records.iter().enumerate() {
             self.bounds.note(record);
-            if let Err(e) = rows::apply(&self.conn, record, self.clock, now) {
+            if let Err(e) = rows::apply(&self.conn, record, clock, now) {
                 let rest = records[i..].iter().filter_map(ticket).max();
                 let open = self.open.take().and_then(|o| o.ticket);
                 self.rollback();
@@ -273,7 +274,7 @@ impl Thread {
 
     fn read(&mut self, token: u64, read: &Read) {
         let cutoff = self.bounds.age_cutoff(now_unix_ms());
-        let result = rows::read(&self.conn, read, self.clock, cutoff);
+        let result = rows::read(&self.conn, read, self.clock.now(), cutoff);
         if let Err(e) = &result {
             self.note_damage(e);
             // An I/O error or a full disk may have rolled the open transaction back under

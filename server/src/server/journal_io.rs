@@ -6,12 +6,12 @@ use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use hermes_mobile::journal::{JournalConfig, Read, Record, Snapshot};
 
 use super::Server;
-use crate::journal::{Clock, Done, JournalSettings, JournalWorker, Opened, Store};
+use crate::journal::{ClockSource, Done, JournalSettings, JournalWorker, Opened, Store};
 
 /// The journal file's name in the state directory.
 pub const JOURNAL_FILE: &str = "journal.sqlite3";
@@ -34,15 +34,9 @@ pub(super) struct Opening {
     pub status: String,
 }
 
-/// The unix time of the loop's origin, for the file's times.
-pub(super) fn clock_at(origin: Instant) -> Clock {
-    let now_unix = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-    let since_origin = u64::try_from(origin.elapsed().as_millis()).unwrap_or(0);
-    Clock {
-        origin_unix_ms: now_unix.saturating_sub(since_origin),
-    }
+/// This run's clock for the file's times: the loop's origin is the core's `Time::ZERO`.
+pub(super) fn clock_at(origin: Instant) -> ClockSource {
+    ClockSource::run(origin)
 }
 
 /// Opens the journal before the loop starts. A journal that cannot be opened does not stop
@@ -51,7 +45,7 @@ pub(super) fn open(
     state_dir: &Path,
     config: JournalConfig,
     dedup_window: std::time::Duration,
-    clock: Clock,
+    clock: ClockSource,
     waker: Arc<mio::Waker>,
 ) -> io::Result<Opening> {
     let mut settings = JournalSettings::new(state_dir.join(JOURNAL_FILE));
