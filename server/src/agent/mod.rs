@@ -102,16 +102,16 @@ impl Agent {
     /// `file` says where (or why it could not be): the link hands that over, the others
     /// have the bytes in the event.
     ///
-    /// Returns `None`: no backend is done with an owed event the moment it takes it
-    /// (L64). Each says so later, as [`AgentIo::Handed`]: the link once it wrote the
-    /// event's line or gave it up, an in-process agent once its answer has ended or it
-    /// dropped the event (a message can wait behind a turn for up to 30 minutes, L44).
-    pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) -> Option<EventKey> {
+    /// No backend is done with an owed event the moment it takes it (L64). Each says so
+    /// later: the link through the line that carries it (written whole) or as
+    /// [`AgentIo::Handed`] when it gave it up, an in-process agent as [`AgentIo::Handed`]
+    /// once its answer has ended or it dropped the event (a message can wait behind a turn
+    /// for up to 30 minutes, L44).
+    pub fn handle_event(&mut self, now: Time, event: AgentEvent, file: Option<FileHandover>) {
         match self {
             Agent::Link(a) => a.handle_saved_event(now, event, file),
             other => other.pure().handle_event(now, event),
         }
-        None
     }
 
     pub fn handle_timeout(&mut self, now: Time) {

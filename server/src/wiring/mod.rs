@@ -377,11 +377,9 @@ impl Wiring {
         }
     }
 
-    /// The agent has the event now; an in-process agent says so at once if it was owed (L64).
+    /// The event goes to the agent; it says later when it has it, if it was owed (L64).
     fn hand_over(&mut self, t: Time, event: AgentEvent, file: Option<FileHandover>) {
-        if let Some(key) = self.agent.handle_event(t, event, file) {
-            self.core.handle_agent_handed(key);
-        }
+        self.agent.handle_event(t, event, file);
     }
 
     fn on_output(&mut self, t: Time, out: Output) {
