@@ -104,7 +104,10 @@ pub enum ClockSource {
     /// no RTC and may start an hour behind until NTP steps its clock, and an offset kept
     /// from before the step would write every dedup row and card deadline that much too
     /// early (L61: they are then dropped or expire at the next start).
-    Run { origin: Instant, wall: fn() -> u64 },
+    Run {
+        origin: Instant,
+        wall: fn() -> u64,
+    },
     Fixed(Clock),
 }
 
