@@ -28,8 +28,12 @@ use super::{now_unix_ms, rows, ClockSource, Store};
 pub enum Done {
     /// Everything up to this `Record::Confirm` is on disk.
     Committed { ticket: u64 },
+    /// The first commit after a failure worked, and held no `Confirm` (one that did is
+    /// reported as `Committed`): writes work again.
+    Recovered,
     /// A transaction was rolled back: every record in it is lost, and so every ticket up
-    /// to `ticket` (its highest `Confirm`) failed. Later batches go on.
+    /// to `ticket` (its highest `Confirm`) failed. Later batches go on. `error` is
+    /// SQLite's words (`database or disk is full`), for `/healthz` (L62); the loop logs it.
     WriteFailed { ticket: Option<u64>, error: String },
     Read {
         token: u64,
@@ -73,6 +77,7 @@ impl Store {
             bytes: bytes.clone(),
             logged: HashSet::new(),
             damaged: false,
+            failing: false,
         };
         let thread = std::thread::Builder::new()
             .name("journal".into())
@@ -182,6 +187,9 @@ struct Thread {
     logged: HashSet<String>,
     /// SQLite reported the file damaged ([`marks`]).
     damaged: bool,
+    /// The last transaction failed: the next commit is reported even if it confirms
+    /// nothing, so that the loop learns that writes work again.
+    failing: bool,
 }
 
 impl Thread {
@@ -252,7 +260,7 @@ impl Thread {
     fn write(&mut self, records: &[Record]) {
         if self.open.is_none() {
             if let Err(e) = self.conn.execute_batch("BEGIN IMMEDIATE") {
-                return self.fail(records.iter().filter_map(ticket).max(), "begin", &e);
+                return self.fail(records.iter().filter_map(ticket).max(), &e);
             }
             self.open = Some(Open { ticket: None });
         }
@@ -264,7 +272,7 @@ impl Thread {
                 let rest = records[i..].iter().filter_map(ticket).max();
                 let open = self.open.take().and_then(|o| o.ticket);
                 self.rollback();
-                return self.fail(open.max(rest), "write", &e);
+                return self.fail(open.max(rest), &e);
             }
             if let (Some(open), Some(t)) = (self.open.as_mut(), ticket(record)) {
                 open.ticket = open.ticket.max(Some(t));
@@ -281,7 +289,7 @@ impl Thread {
             // us: its records are lost, and the core must hear it.
             if self.open.is_some() && self.conn.is_autocommit() {
                 let ticket = self.open.take().and_then(|o| o.ticket);
-                self.fail(ticket, "read", e);
+                self.fail(ticket, e);
             }
         }
         let result = result.map_err(|e| e.to_string());
@@ -297,12 +305,15 @@ impl Thread {
         self.last_commit = Some(now);
         if let Err(e) = self.conn.execute_batch("COMMIT") {
             self.rollback();
-            self.fail(open.ticket, "commit", &e);
+            self.fail(open.ticket, &e);
             return false;
         }
-        if let Some(ticket) = open.ticket {
-            self.report(Done::Committed { ticket });
+        match open.ticket {
+            Some(ticket) => self.report(Done::Committed { ticket }),
+            None if self.failing => self.report(Done::Recovered),
+            None => {}
         }
+        self.failing = false;
         if self.bounds.due(now) {
             self.trim(now);
         }
@@ -331,12 +342,14 @@ impl Thread {
         }
     }
 
-    fn fail(&mut self, ticket: Option<u64>, what: &str, e: &rusqlite::Error) {
-        self.log_once(what, e);
+    /// Reports a lost transaction. Not logged here: the loop logs it once per kind, in
+    /// the words `/healthz` shows (one line, not one here and one there).
+    fn fail(&mut self, ticket: Option<u64>, e: &rusqlite::Error) {
         self.note_damage(e);
+        self.failing = true;
         self.report(Done::WriteFailed {
             ticket,
-            error: format!("journal {what} failed: {e}"),
+            error: e.to_string(),
         });
     }
 

@@ -116,12 +116,10 @@ impl Server {
             };
             match done {
                 Done::Committed { ticket } => {
-                    if self.journal_status.starts_with(WRITES_FAILING) {
-                        log::info!("journal: writes work again");
-                        self.journal_status = "ok".into();
-                    }
+                    self.journal_recovered();
                     self.wiring.handle_journal_committed(t, ticket)
                 }
+                Done::Recovered => self.journal_recovered(),
                 Done::WriteFailed { ticket, error } => {
                     self.log_journal_failure(&error);
                     if let Some(ticket) = ticket {
@@ -133,16 +131,25 @@ impl Server {
         }
     }
 
+    /// A commit worked: `/healthz` no longer says writes fail (L62: "until a commit works
+    /// again"), whether or not the commit confirmed anything.
+    fn journal_recovered(&mut self) {
+        if self.journal_status.starts_with(WRITES_FAILING) {
+            log::info!("journal: writes work again");
+            self.journal_status = "ok".into();
+        }
+    }
+
     /// Records a failed write: logged once per kind, and shown in `/healthz`.
     fn log_journal_failure(&mut self, error: &str) {
         let Some(j) = self.journal.as_mut() else { return };
-        // The kind: SQLite's words before any detail, so a full disk is logged once.
-        let kind: String = error.split([':', '(']).next().unwrap_or(error).trim().to_owned();
+        let kind = failure_kind(error);
         // `/healthz` says so until a commit works again: an owner sees a full disk.
         self.journal_status = format!("{WRITES_FAILING}{kind}");
-        if j.failures_logged.insert(kind) {
+        if j.failures_logged.insert(kind.to_owned()) {
             log::error!(
-                "journal: a write failed ({error}); the gateway goes on, and confirms nothing it could not keep"
+                "journal: a write failed: {error}; the gateway goes on, and confirms nothing it could not keep \
+                 (logged once for this kind of failure)"
             );
         }
     }
@@ -158,5 +165,28 @@ impl Server {
         if let Some(j) = self.journal.as_mut() {
             j.worker.shutdown();
         }
+    }
+}
+
+/// The kind of a failed write: SQLite's words before any detail (`UNIQUE constraint
+/// failed: entries.key` is `UNIQUE constraint failed`), so that a full disk, which fails
+/// every batch, is logged once, and `/healthz` reads `writes failing: database or disk is
+/// full` (L62).
+fn failure_kind(error: &str) -> &str {
+    error.split([':', '(']).next().unwrap_or(error).trim()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::failure_kind;
+
+    #[test]
+    fn the_kind_of_a_failure_is_sqlite_s_words_without_their_detail() {
+        assert_eq!(failure_kind("database or disk is full"), "database or disk is full");
+        assert_eq!(failure_kind("disk I/O error"), "disk I/O error");
+        assert_eq!(
+            failure_kind("UNIQUE constraint failed: entries.key"),
+            "UNIQUE constraint failed"
+        );
     }
 }

@@ -1,0 +1,57 @@
+//! The journal as its owner meets it, over the real binary: `/healthz` while writes fail
+//! (issue 24, L62).
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+fn journal_file(dir: &Path) -> PathBuf {
+    dir.join("journal.sqlite3")
+}
+
+fn health(server: &Server) -> Value {
+    let response = server.http("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let body = response.split("\r\n\r\n").nth(1).unwrap_or("");
+    serde_json::from_str(body).expect("healthz is JSON")
+}
+
+fn wait_for_health(server: &Server, journal: &str) {
+    wait_until(&format!("healthz journal {journal:?}"), Duration::from_secs(5), || {
+        health(server)["journal"] == journal
+    });
+}
+
+// decisions L62: `/healthz` `journal` is "writes failing: <kind>" in SQLite's words while
+// writes fail, the failure is logged once per kind, and it is "ok" again once a commit works.
+#[test]
+fn healthz_shows_sqlite_s_words_while_writes_fail_and_ok_once_they_work() {
+    let server = Server::start(&[]);
+    let mut phone = Client::hello(&server, "tel-1");
+    let mut text = |id: &str| {
+        phone.send(json!({"t":"text","id":id,"text":"hello"}));
+        phone.until("message");
+    };
+    text("m1");
+    assert_eq!(health(&server)["journal"], "ok");
+    // A trigger stands in for a full disk: every new entry is refused in SQLite's words for it.
+    let raw = rusqlite::Connection::open(journal_file(&server.state_dir)).unwrap();
+    raw.busy_timeout(Duration::from_secs(5)).unwrap();
+    raw.execute_batch(
+        "CREATE TRIGGER full BEFORE INSERT ON entries
+         BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END;",
+    )
+    .unwrap();
+    text("m2");
+    text("m3");
+    wait_for_health(&server, "writes failing: database or disk is full");
+    raw.execute_batch("DROP TRIGGER full").unwrap();
+    text("m4");
+    wait_for_health(&server, "ok");
+    server.wait_for_log("writes work again");
+    let log = server.log_text();
+    let said = log.lines().filter(|l| l.contains("database or disk is full")).count();
+    assert_eq!(said, 1, "one line for the kind, however many writes failed: {log}");
+}
