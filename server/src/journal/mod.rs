@@ -35,6 +35,8 @@ mod tests_bounds;
 #[cfg(test)]
 mod tests_marks;
 #[cfg(test)]
+mod tests_open;
+#[cfg(test)]
 mod tests_owed;
 
 use std::fmt;

@@ -84,6 +84,14 @@ fn open_once(settings: &JournalSettings, clock: ClockSource, floor: Option<u64>)
     let snapshot = (|| {
         let tx = conn.unchecked_transaction()?;
         marks::clear(&tx)?;
+        // Not only the open that moved the damaged journal aside writes the floor: it may
+        // have ended (a SIGKILL, a full disk) between the new file's schema and its floor,
+        // and the next open would then start seqs at 1 again (L62). A journal with no floor
+        // beside a moved one replaces it, and nothing can have been handed out from it yet.
+        let floor = match floor {
+            None if rows::seq_floor(&tx)? == 0 && beside_a_moved_journal(path) => Some(now),
+            floor => floor,
+        };
         if let Some(floor) = floor {
             rows::raise_seq_floor(&tx, floor)?;
         }
@@ -272,6 +280,24 @@ fn move_aside(path: &Path) -> io::Result<PathBuf> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(to),
     }
+}
+
+/// A damaged journal was moved aside from `path` ([`move_aside`]) at some time: a file
+/// named `<journal>.corrupt-…` is beside it. A directory that cannot be listed says no.
+fn beside_a_moved_journal(path: &Path) -> bool {
+    let Some(name) = path.file_name() else {
+        return false;
+    };
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let prefix = format!("{}.corrupt-", name.to_string_lossy());
+    fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+    })
 }
 
 fn read_snapshot(conn: &Connection, clock: Clock, settings: &JournalSettings, now: u64) -> rusqlite::Result<Snapshot> {

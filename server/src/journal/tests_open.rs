@@ -1,0 +1,42 @@
+//! Opening what an earlier run left: a journal that replaced a damaged one keeps its seq
+//! floor however that run ended.
+
+use std::fs;
+
+use rusqlite::Connection;
+
+use super::tests::{clock, open, Dir};
+use super::*;
+
+// decisions L62: a journal started in place of a damaged one goes on above the unix ms of
+// its start, even if the run that moved the damaged one aside never wrote that floor (a
+// SIGKILL between the new file's schema and its floor, or a full disk that failed the
+// open): a phone that kept a seq of the old journal must still get all of the new one.
+#[test]
+fn a_replacement_journal_keeps_its_floor_though_the_open_that_made_it_did_not_write_it() {
+    let dir = Dir::new("floor-lost");
+    let path = dir.journal();
+    fs::write(&path, b"not a database, only text\n".repeat(200)).unwrap();
+    let opened_at = now_unix_ms();
+    match Store::open(&dir.settings(), clock()) {
+        Opened::Ready {
+            moved_aside: Some(_), ..
+        } => {}
+        other => panic!("expected a new journal, got {other:?}"),
+    }
+    // What a SIGKILL between the migration's commit and the floor's leaves.
+    Connection::open(&path)
+        .unwrap()
+        .execute("DELETE FROM meta WHERE name = 'seq_floor'", [])
+        .unwrap();
+    let (store, snapshot) = open(&dir.settings(), clock());
+    assert!(snapshot.seq_floor >= opened_at, "{snapshot:?}");
+    drop(store);
+    // What an open that failed before the schema leaves: an empty file.
+    for file in [path.clone(), sibling(&path, "-wal"), sibling(&path, "-shm")] {
+        let _ = fs::remove_file(file);
+    }
+    fs::write(&path, b"").unwrap();
+    let (_store, snapshot) = open(&dir.settings(), clock());
+    assert!(snapshot.seq_floor >= opened_at, "{snapshot:?}");
+}
