@@ -1,5 +1,5 @@
-//! The journal as its owner meets it, over the real binary: `/healthz` while writes fail
-//! (issue 24, L62).
+//! The journal as its owner meets it, over the real binary: `/healthz` while writes fail,
+//! and the `history` command on the journal of a stopped gateway (issue 24, L62).
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -10,6 +10,10 @@ use serde_json::{json, Value};
 
 fn journal_file(dir: &Path) -> PathBuf {
     dir.join("journal.sqlite3")
+}
+
+fn side_file(dir: &Path, suffix: &str) -> PathBuf {
+    dir.join(format!("journal.sqlite3{suffix}"))
 }
 
 fn health(server: &Server) -> Value {
@@ -54,4 +58,33 @@ fn healthz_shows_sqlite_s_words_while_writes_fail_and_ok_once_they_work() {
     let log = server.log_text();
     let said = log.lines().filter(|l| l.contains("database or disk is full")).count();
     assert_eq!(said, 1, "one line for the kind, however many writes failed: {log}");
+}
+
+// The `history` command only reads: on a stopped gateway's journal it leaves no `-wal` or
+// `-shm` behind (SQLite would create both for a reader of a WAL file, and keep them).
+#[test]
+fn the_history_command_leaves_nothing_beside_a_stopped_gateway_s_journal() {
+    let mut server = Server::start(&[]);
+    let mut phone = Client::hello(&server, "tel-1");
+    phone.send(json!({"t":"text","id":"m1","text":"what is kept?"}));
+    phone.until("message");
+    drop(phone);
+    // SAFETY: kill(2) on our own child's pid; no memory is involved.
+    unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) };
+    let _ = server.child.wait();
+    let dir = std::mem::take(&mut server.state_dir);
+    drop(server);
+    let sides = || [side_file(&dir, "-wal"), side_file(&dir, "-shm")].map(|f| f.exists());
+    assert_eq!(sides(), [false, false], "a clean stop leaves the file alone");
+    let out = std::process::Command::new(binary())
+        .env_clear()
+        .args(["history", "--device", "tel-1", "--state-dir"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("echo: what is kept?"), "{text}");
+    assert_eq!(sides(), [false, false], "nothing left beside the journal");
+    let _ = std::fs::remove_dir_all(&dir);
 }

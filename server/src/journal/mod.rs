@@ -204,8 +204,8 @@ impl Store {
 /// unix milliseconds (a [`Clock`] with origin 0).
 pub fn read_device(path: &Path, device: &DeviceId) -> Result<Vec<Entry>, String> {
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
-    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags(path, flags).map_err(failed)?;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
+    let conn = Connection::open_with_flags(reader_uri(path), flags).map_err(failed)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
     match schema::version(&conn).map_err(failed)? {
         0 => Ok(Vec::new()), // created, never written
@@ -214,6 +214,26 @@ pub fn read_device(path: &Path, device: &DeviceId) -> Result<Vec<Entry>, String>
         1..=schema::VERSION => rows::device_entries(&conn, device, Clock { origin_unix_ms: 0 }).map_err(failed),
         newer => Err(schema::newer_reason(path, newer)),
     }
+}
+
+/// The URI a reader opens `path` by. A reader of a WAL file makes its `-wal` and `-shm`
+/// and leaves them behind, even read-only; with no `-wal` there (the gateway is stopped: its
+/// last connection folds the WAL into the file and removes both), the whole journal is in
+/// the file, so it is opened `immutable`: no locks and no side files. A gateway that starts
+/// during the read writes to a new WAL first, not to the file, until its first checkpoint.
+fn reader_uri(path: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let mut uri = String::from("file:");
+    for &b in path.as_os_str().as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => uri.push(char::from(b)),
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    if !sibling(path, "-wal").exists() {
+        uri.push_str("?immutable=1");
+    }
+    uri
 }
 
 /// How long a statement waits for a lock held by another connection (the CLI reading, or

@@ -1,11 +1,12 @@
 //! Opening what an earlier run left: a journal that replaced a damaged one keeps its seq
-//! floor however that run ended.
+//! floor however that run ended, and the CLI reads a stopped gateway's journal as it is.
 
 use std::fs;
 
+use hermes_mobile::journal::Record;
 use rusqlite::Connection;
 
-use super::tests::{clock, open, Dir};
+use super::tests::{clock, dev, entry, open, seqs_of, Dir, Rig};
 use super::*;
 
 // decisions L62: a journal started in place of a damaged one goes on above the unix ms of
@@ -39,4 +40,23 @@ fn a_replacement_journal_keeps_its_floor_though_the_open_that_made_it_did_not_wr
     fs::write(&path, b"").unwrap();
     let (_store, snapshot) = open(&dir.settings(), clock());
     assert!(snapshot.seq_floor >= opened_at, "{snapshot:?}");
+}
+
+// `hermes-mobile history` only reads: on the journal of a stopped gateway it leaves no
+// `-wal` or `-shm` behind (SQLite makes both for a reader of a WAL file, and keeps them).
+#[test]
+fn reading_a_stopped_gateway_s_journal_leaves_nothing_beside_it() {
+    // A name a URI must escape.
+    let dir = Dir::new("read only?%#");
+    let path = dir.journal();
+    let (store, _) = open(&dir.settings(), clock());
+    let mut rig = Rig::start(store);
+    rig.worker
+        .write(vec![Record::Put(entry("a", "m:1", 1)), Record::Confirm { ticket: 1 }]);
+    rig.committed(1);
+    drop(rig);
+    let sides = || ["-wal", "-shm"].map(|side| sibling(&path, side).exists());
+    assert_eq!(sides(), [false, false], "a clean stop leaves the file alone");
+    assert_eq!(seqs_of(&read_device(&path, &dev("a")).unwrap()), vec![1]);
+    assert_eq!(sides(), [false, false], "nothing left beside the journal");
 }
