@@ -27,8 +27,11 @@ use super::JournalSettings;
 pub(super) const MAX_DEVICES: usize = 64;
 /// At most this many devices' seqs are remembered.
 pub(super) const MAX_SEQS: usize = 4096;
-/// Free pages (4 KiB each) past which the file is shrunk, so that sent files' bytes go
-/// back to the file system without rewriting it for every page.
+/// Free pages past which the file is shrunk, so that sent files' bytes go back to the file
+/// system without rewriting it for every page: 512 KiB of 2 KiB pages ([`PAGE_SIZE`]) in a
+/// journal made since, 1 MiB in one made before with SQLite's 4 KiB.
+///
+/// [`PAGE_SIZE`]: super::schema::PAGE_SIZE
 const FREE_PAGES: i64 = 256;
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 

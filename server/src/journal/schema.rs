@@ -16,15 +16,16 @@ pub(super) const VERSION: u32 = 2;
 
 /// The comments are part of the schema text, so `sqlite3 journal.sqlite3 .schema` shows an
 /// owner what each column means. Times are unix milliseconds.
-/// Version 1, as the first release wrote it: never edited (a migration test builds a file
-/// from it), only followed by migrations.
+/// Version 1, as the first release wrote it: never edited but for its comments (a migration
+/// test builds a file from it; SQLite keeps a comment as text and nothing else), only
+/// followed by migrations. A file made before a comment was corrected keeps the old words.
 pub(super) const V1: &str = "
 CREATE TABLE entries (
     device    TEXT NOT NULL,
     key       TEXT NOT NULL,    -- m:<id> agent message, u:<id> user message, f:<id> file, p:<id> card
     seq       INTEGER NOT NULL, -- the seq of its latest change
     first_seq INTEGER NOT NULL, -- the seq of its first version
-    at        INTEGER NOT NULL, -- when it was first kept (unix ms)
+    at        INTEGER NOT NULL, -- its latest change (unix ms): MOBILE_HISTORY_DAYS counts from it
     held      INTEGER NOT NULL, -- 1: still to be sent after the device's next ready
     open      INTEGER NOT NULL, -- 1: an open card
     deadline  INTEGER,          -- an open card's expiry (unix ms)
