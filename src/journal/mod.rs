@@ -56,7 +56,7 @@ pub struct Entry {
     pub seq: u64,
     /// The `seq` of its first version (a card's opening).
     pub first_seq: u64,
-    /// When it was first kept (for `MOBILE_HISTORY_DAYS`).
+    /// Its latest change (`MOBILE_HISTORY_DAYS` counts from it).
     pub at: Time,
     /// Still to be sent after the device's next `ready` (M4, L45).
     pub held: bool,
