@@ -359,3 +359,30 @@ fn a_stream_that_stops_is_kept_at_the_version_the_phone_saw_last() {
     );
     assert_eq!(replayed[0]["text"], "v1 v2");
 }
+
+#[test]
+fn held_output_waiting_for_a_reservation_survives_a_connection_gone_before_it() {
+    // L57 (review D #3): a hello without resume while seqs wait leaves the hold in place
+    // until the frames may go.
+    let mut c = Config::new(TOKEN);
+    c.journal = Some(hermes_mobile::journal::JournalConfig {
+        history: false,
+        ..hermes_mobile::journal::JournalConfig::new()
+    });
+    c.push = Some(PushConfig::new(VAPID, AllowList::new(["127.0.0.1:8443"]).unwrap()));
+    let mut h = Harness::with_journal(c);
+    subscribed_and_gone(&mut h, "tel-1");
+    h.restart(true);
+    h.auto_commit = false;
+    h.agent(reply("tel-1", "r1", "held after the restart"));
+    let a = h.open();
+    h.send(a, json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"}}));
+    h.close(a);
+    h.auto_commit = true;
+    h.commit();
+    let (_, frames) = h.connect_frames("tel-1");
+    assert!(
+        frames.iter().any(|f| f["text"] == "held after the restart"),
+        "{frames:?}"
+    );
+}

@@ -256,3 +256,82 @@ fn a_replay_waits_for_a_slow_phone_to_read_instead_of_piling_up_its_queue() {
     let ids: Vec<String> = (0..600).map(|i| format!("r{i}")).collect();
     assert_eq!(got, ids, "in order");
 }
+
+/// A ~3 MB journal of 300 long replies, and a phone that resumes after 0 and reads slowly:
+/// its replay pauses after the first window.
+fn slow_replay(h: &mut Harness) -> hermes_mobile::ConnId {
+    let phone = h.connect("tel-1");
+    let text = "x".repeat(10_000);
+    for i in 0..300 {
+        h.agent(reply(&format!("r{i}"), &format!("{i} {text}")));
+    }
+    h.close(phone);
+    let conn = h.open();
+    h.unread.push(conn);
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}),
+    );
+    conn
+}
+
+#[test]
+fn a_close_during_a_replay_sends_no_live_seq_above_what_the_replay_had_not_sent() {
+    // L58 (review D #1): the client keeps the highest seq it saw; a live frame let out by
+    // the close would make its next resume skip the rest of the replay.
+    let mut h = Harness::with_journal(Config::new(TOKEN));
+    let conn = slow_replay(&mut h);
+    h.agent(reply("live", "said during the replay"));
+    h.held_reads = Some(Vec::new());
+    h.read_queue(conn);
+    let (token, _) = h.held_reads.as_mut().unwrap().remove(0);
+    h.gw.handle_journal_read(h.now, token, Err("disk I/O error".into()));
+    h.advance_ms(0);
+    let frames = h.take(conn);
+    assert!(h.closed.contains_key(&conn));
+    assert!(
+        !texts(&frames).contains(&"said during the replay".to_owned()),
+        "{:?}",
+        texts(&frames).len()
+    );
+    h.held_reads = None;
+    let messages = frames.iter().filter(|f| f["t"] == "message");
+    let kept = messages.filter_map(|f| f["seq"].as_u64()).max().unwrap();
+    let again = resume(&mut h, kept);
+    let got = texts(&h.take(again));
+    assert!(got.contains(&"said during the replay".to_owned()));
+    assert!(
+        got.iter().any(|t| t.starts_with("299 ")),
+        "the rest of the replay comes after {kept}"
+    );
+}
+
+#[test]
+fn a_paced_replay_outlasting_the_hold_window_still_sends_what_was_held() {
+    // L58, M4 (review D #4): the hold is the replay's until it ends, however long it takes.
+    let mut c = Config::new(TOKEN);
+    c.journal = Some(hermes_mobile::journal::JournalConfig {
+        history: false,
+        ..hermes_mobile::journal::JournalConfig::new()
+    });
+    c.push = Some(push_config());
+    let mut h = Harness::with_journal(c);
+    subscribe_and_lock(&mut h);
+    let text = "y".repeat(10_000);
+    for i in 0..200 {
+        h.agent(reply(&format!("h{i}"), &format!("{i} {text}")));
+    }
+    let conn = h.open();
+    h.unread.push(conn);
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}),
+    );
+    let mut got = texts(&h.take(conn));
+    h.advance_ms(48 * 3600 * 1000); // past any hold window
+    for _ in 0..100 {
+        h.read_queue(conn);
+        got.extend(texts(&h.take(conn)));
+    }
+    assert!(got.iter().any(|t| t.starts_with("199 ")), "the last held reply came");
+}

@@ -159,9 +159,11 @@ impl Gateway {
             }
             return self.begin_replay(conn, device, after);
         }
-        if self.latest_safe_seq(device) != self.latest_seq(device) {
+        let unsafe_seqs = self.latest_safe_seq(device) != self.latest_seq(device);
+        if unsafe_seqs {
             // L57: held output after a restart carries seqs not yet reserved on disk; it
-            // goes once they are (or once the reservation failed: L62).
+            // goes once they are (or once the reservation failed: L62), and stays in the
+            // hold until then, so a connection gone before loses none of it.
             self.hold_back(conn);
         }
         let cards: Vec<String> = self
@@ -173,7 +175,10 @@ impl Gateway {
         for frame in cards {
             self.send(conn, frame);
         }
-        self.flush_hold(conn, device);
+        match self.conns.get_mut(&conn) {
+            Some(c) if unsafe_seqs => c.hold_on_release = true,
+            _ => self.flush_hold(conn, device),
+        }
     }
 
     /// H1–H3 behind L52's throttle: a blocked address is refused without its token being

@@ -1,10 +1,11 @@
-//! The journal's write side (issue 24): records, seqs, and the answers
-//! that wait for a commit (`received`, a held `delivered`, `forgotten`).
+//! The journal's write side (issue 24): records, seqs, and the answers that wait for a
+//! commit (`received`, a held `delivered`, `forgotten`, the answering phone's `prompt_done`).
 //!
 //! The core emits [`Record`]s as [`Output::Journal`]; the server's store applies them in
 //! order and reports each `Confirm` ticket once it is on disk
 //! ([`Gateway::handle_journal_committed`]). Frames that carry a seq wait only while their
-//! seq is not yet reserved on disk (a device's first block, L57), never for a commit.
+//! seq is not yet reserved on disk (a device's first block, L57); of them only `prompt_done`
+//! waits for a commit (L61).
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -554,6 +555,20 @@ impl Gateway {
             .unwrap_or_default();
         for frame in frames {
             self.outputs.push_back(Output::Send { conn, frame });
+        }
+        let hold_waits = self
+            .conns
+            .get_mut(&conn)
+            .map(|c| std::mem::take(&mut c.hold_on_release));
+        if let (Some(true), Some(device)) = (hold_waits, self.device_of(conn)) {
+            self.flush_hold(conn, &device);
+        }
+    }
+
+    fn device_of(&self, conn: ConnId) -> Option<DeviceId> {
+        match &self.conns.get(&conn)?.state {
+            super::ConnState::Ready { device, .. } => Some(device.clone()),
+            super::ConnState::AwaitingHello => None,
         }
     }
 

@@ -125,6 +125,9 @@ struct Conn {
     replaying: bool,
     /// It sent `resume`: it gets `received` and `resumed` (L58).
     resumed: bool,
+    /// Its device's hold goes to it once its frames are released (a `hello` without
+    /// `resume` while seqs wait for their reservation): until then the hold keeps it.
+    hold_on_release: bool,
 }
 
 /// Frames one connection may have waiting behind a replay or a seq reservation (L58):
@@ -259,6 +262,7 @@ impl Gateway {
                 held_back_bytes: 0,
                 replaying: false,
                 resumed: false,
+                hold_on_release: false,
             },
         );
         self.timers.push(now + self.config.hello_timeout, TimerKey::Hello(conn));
@@ -420,17 +424,23 @@ impl Gateway {
 
     fn close(&mut self, conn: ConnId, code: u16, reason: &'static str) {
         // What waited behind a replay goes before the close (an error frame, say), except
-        // frames whose seqs are not yet reserved on disk (L57): those the journal gives the
-        // next resume.
-        let safe = self.conns.get(&conn).is_none_or(|c| match &c.state {
-            ConnState::Ready { device, .. } => self.latest_safe_seq(device) == self.latest_seq(device),
+        // seqs the client must not keep: ones not yet reserved on disk (L57), and any while
+        // the replay has not sent everything below them (L58: the client's next resume
+        // would skip the rest). The journal has those entries for the next resume; with
+        // history off it has not, and they go without their seq.
+        let seqs_ok = self.conns.get(&conn).is_none_or(|c| match &c.state {
+            ConnState::Ready { device, .. } => !c.replaying && self.latest_safe_seq(device) == self.latest_seq(device),
             ConnState::AwaitingHello => true,
         });
+        let history = self.history_on();
         let waiting = self.conns.get_mut(&conn).and_then(|c| c.held_back.take());
         for frame in waiting.unwrap_or_default() {
-            if safe || !crate::wire::journal::has_seq(&frame) {
-                self.outputs.push_back(Output::Send { conn, frame });
-            }
+            let frame = match (seqs_ok || !crate::wire::journal::has_seq(&frame), history) {
+                (true, _) => frame,
+                (false, true) => continue,
+                (false, false) => crate::wire::journal::without_seq(frame),
+            };
+            self.outputs.push_back(Output::Send { conn, frame });
         }
         if self.forget_conn(conn) {
             self.outputs.push_back(Output::Close { conn, code, reason });
@@ -455,7 +465,12 @@ impl Gateway {
             if let Some(d) = self.devices.get_mut(&device) {
                 if d.conn == Some(conn) {
                     d.conn = None;
+                    let held = !d.hold.is_empty();
                     self.event(AgentEvent::DeviceOffline { device: device.clone() });
+                    if held {
+                        // A replay cut short left its hold, whose timer it had stopped.
+                        self.arm_hold(self.now, &device);
+                    }
                 }
             }
             self.forget_device_if_unused(&device);
@@ -513,6 +528,8 @@ impl Gateway {
             let oldest = self
                 .devices
                 .iter_mut()
+                // An online device's hold is being replayed to it (L58): not taken from under it.
+                .filter(|(_, d)| d.conn.is_none())
                 .filter_map(|(id, d)| d.hold.oldest().map(|at| (at, id, d)))
                 .min_by_key(|(at, _, _)| *at);
             let Some((_, id, d)) = oldest else {

@@ -16,8 +16,8 @@ use crate::wire::server::encode;
 use crate::wire::{DownloadKind, ErrorCode, Rejection};
 
 /// Entries per page of a resume's replay: a device's whole journal (5,000 entries, held
-/// files among them) is never read into memory at once. Pages follow each other at once;
-/// the connection's queue limit (L22) still bounds what waits for a slow phone.
+/// files among them) is never read into memory at once. Pages follow each other as the
+/// phone reads ([`REPLAY_WINDOW`], `handle_drained`).
 const REPLAY_PAGE: usize = 64;
 
 /// Bytes of a replay's frames sent before it waits for the connection's queue to drain
@@ -159,8 +159,10 @@ impl Gateway {
             Some(j) if !j.seqs.is_safe(device) => j.replays_waiting.push(replay),
             _ => self.start_replay(replay),
         }
-        // L6: the phone sees the held versions in the replay; later ones are edits.
+        // L6: the phone sees the held versions in the replay; later ones are edits. The
+        // hold's timer stops: a paced replay may outlast it (forget_conn re-arms it).
         let Some(d) = self.devices.get_mut(device) else { return };
+        d.hold_slot = None;
         let held: Vec<MessageId> = d.hold.message_ids();
         for id in held {
             if let Some(saw) = d.streams.get_mut(&id) {

@@ -116,6 +116,18 @@ pub fn has_seq(frame: &str) -> bool {
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// `frame` without the seq [`with_seq`] put on it.
+pub fn without_seq(mut frame: String) -> String {
+    if has_seq(&frame) {
+        if let Some(at) = frame.rfind("\"seq\":") {
+            let cut = if frame[..at].ends_with(',') { at - 1 } else { at };
+            frame.truncate(cut);
+            frame.push('}');
+        }
+    }
+    frame
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +138,9 @@ mod tests {
         assert!(has_seq(&with_seq(r#"{"t":"message","text":"hi"}"#.into(), 7)));
         assert!(!has_seq(r#"{"t":"message","text":"\"seq\":7}"}"#));
         assert!(!has_seq(r#"{"t":"error","code":"bad_frame"}"#));
+        let plain = r#"{"t":"message","text":"hi"}"#;
+        assert_eq!(without_seq(with_seq(plain.into(), 7)), plain);
+        assert_eq!(without_seq(with_seq("{}".into(), 7)), "{}");
     }
 
     #[test]
