@@ -162,6 +162,9 @@ pub struct Conn {
     /// nothing more is written until the socket is writable (kept apart from `life`: a
     /// socket can be full in any state).
     blocked: bool,
+    /// Frames were dropped unwritten after the close frame: not everything queued reached
+    /// the peer (an `/agent` line's event stays owed, L64).
+    discarded: bool,
     /// The reader's own state: tungstenite refused an oversized message (G7); after that
     /// its reader must not be used again, so incoming bytes are discarded raw until the
     /// peer goes.
@@ -204,6 +207,7 @@ impl Conn {
             outbox: VecDeque::new(),
             outbox_bytes: 0,
             blocked: false,
+            discarded: false,
             poisoned: false,
             reason: None,
             client: None,
@@ -372,7 +376,7 @@ impl Conn {
 
     /// Every frame queued so far has been written to the socket.
     pub fn all_written(&self) -> bool {
-        self.outbox.is_empty() && !self.blocked
+        self.outbox.is_empty() && !self.blocked && !self.discarded
     }
 
     /// The agent-link peer this `/agent` connection carries.
@@ -565,6 +569,7 @@ impl Conn {
         while let Some(frame) = self.outbox.pop_front() {
             self.outbox_bytes -= frame.len();
             if self.life.close_sent() {
+                self.discarded = true;
                 continue;
             }
             wrote = true;

@@ -323,6 +323,22 @@ mod tests {
         }
     }
 
+    #[test]
+    fn frames_dropped_after_the_close_frame_do_not_count_as_written() {
+        // L64 (review D #2): an `/agent` line discarded behind the close frame leaves its
+        // event owed.
+        let mut conns = Connections::with_capacity(2);
+        let (key, _client) = ws_pair(&mut conns);
+        conns.make_agent_peer(key, PeerId(1));
+        let now = Instant::now();
+        conns.get_mut(key).unwrap().decide_close(1001, "shutdown", "test", now);
+        conns.pump(key, now).unwrap();
+        assert!(conns.get(key).unwrap().all_written(), "the close frame is out");
+        conns.queue(key, r#"{"t":"message","id":"m1"}"#.into());
+        conns.pump(key, now).unwrap();
+        assert!(!conns.get(key).unwrap().all_written(), "discarded, not written");
+    }
+
     #[derive(Debug, Clone)]
     enum Op {
         Queue(usize, usize),
