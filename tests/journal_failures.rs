@@ -386,3 +386,59 @@ fn held_output_waiting_for_a_reservation_survives_a_connection_gone_before_it() 
         "{frames:?}"
     );
 }
+
+#[test]
+fn frames_after_a_card_answer_wait_behind_its_prompt_done_so_seqs_leave_in_order() {
+    // L61 (review D #7): a live frame made within the answer's commit must not overtake
+    // its prompt_done, or a drop in between hides the card's close from the next resume.
+    let mut h = harness();
+    let (phone, _) = hello_resume(&mut h, "tel-1", 0);
+    h.agent(AgentCommand::OpenPrompt {
+        device: DeviceId::from("tel-1"),
+        prompt: PromptId::from("c1"),
+        request: PromptRequest::ExecApproval {
+            command: "make".into(),
+            description: "build".into(),
+            options: vec![],
+        },
+        ttl_secs: Some(300),
+    });
+    h.take(phone);
+    h.auto_commit = false;
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"once"}));
+    h.agent(reply("tel-1", "r9", "other"));
+    let early: Vec<u64> = h.take(phone).iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert!(
+        early.is_empty(),
+        "nothing with a seq before the answer's commit: {early:?}"
+    );
+    h.commit();
+    let frames = h.take(phone);
+    let seqs: Vec<u64> = frames.iter().filter_map(|f| f["seq"].as_u64()).collect();
+    assert_eq!(frames.iter().find(|f| f["seq"].is_u64()).unwrap()["t"], "prompt_done");
+    assert!(seqs.windows(2).all(|w| w[0] <= w[1]), "in seq order: {seqs:?}");
+}
+
+#[test]
+fn the_agent_s_repeated_deliver_waits_for_the_first_one_s_commit() {
+    // S4, issue 24 §2 (review D #6): the agent's repeat is not confirmed before the first
+    // delivery is kept.
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let d = || AgentCommand::Deliver {
+        sender: "a".into(),
+        id: "d1".into(),
+        target: "mobile:tel-1".into(),
+        text: Some("x".into()),
+        file: None,
+    };
+    let first = h.try_agent(d());
+    let repeat = h.try_agent(d());
+    assert!(matches!(first, Ok(hermes_mobile::Accepted::Kept { .. })), "{first:?}");
+    assert!(
+        matches!(repeat, Ok(hermes_mobile::Accepted::Kept { .. })),
+        "a repeat waits: {repeat:?}"
+    );
+}

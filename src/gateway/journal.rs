@@ -52,12 +52,11 @@ pub(super) enum Waiting {
     /// Output held for the agent (`Accepted::Kept`): if its commit fails, the agent is told
     /// `not_kept` and sends it again, so the hold lets it go.
     Promised(Box<Promise>),
-    /// A frame that says something was done (`prompt_done` for the answering phone): after
-    /// the commit that keeps it, and after a failed one too, since it was done in memory.
-    Frame {
-        conn: ConnId,
-        frame: String,
-    },
+    /// The connection's frames wait behind one that says something was done
+    /// (`prompt_done` for the answering phone) until the commit that keeps it, and after a
+    /// failed one too, since it was done in memory. Frames behind it wait too, so that they
+    /// leave in seq order: a client never keeps a seq above one it has not got.
+    Release(ConnId),
 }
 
 #[derive(Debug)]
@@ -200,9 +199,20 @@ impl Gateway {
     /// journal).
     pub(super) fn send_after_commit(&mut self, conn: ConnId, frame: String) {
         if self.journal_on() {
-            self.confirm(Waiting::Frame { conn, frame });
-        } else {
-            self.send(conn, frame);
+            self.hold_back(conn);
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.commits_awaited += 1;
+            }
+            self.confirm(Waiting::Release(conn));
+        }
+        self.send(conn, frame);
+    }
+
+    /// A commit that `conn`'s frames waited for is done (or failed).
+    fn commit_awaited(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.commits_awaited -= 1;
+            self.release(conn);
         }
     }
 
@@ -342,7 +352,7 @@ impl Gateway {
                     self.send_if_open(conn, frame);
                 }
                 Waiting::HeldDelivery(d) => self.held_delivery_kept(*d),
-                Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
+                Waiting::Release(conn) => self.commit_awaited(conn),
                 Waiting::Forgotten { conn, id, .. } => {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
@@ -377,7 +387,7 @@ impl Gateway {
                 }
                 Waiting::HeldDelivery(d) => self.undo_held_delivery(*d),
                 Waiting::Promised(p) => self.undo_promise(*p),
-                Waiting::Frame { conn, frame } => self.send_if_open(conn, frame),
+                Waiting::Release(conn) => self.commit_awaited(conn),
                 Waiting::Forgotten { conn, id, .. } => {
                     let r = Rejection::new(ErrorCode::InternalError, "the journal could not forget");
                     if self.conns.contains_key(&conn) {
@@ -440,6 +450,19 @@ impl Gateway {
         self.confirm(Waiting::Promised(Box::new(promise)));
         if let Some(j) = self.journal.as_mut() {
             j.kept = Some(j.next_ticket);
+        }
+    }
+
+    /// The agent's repeated `deliver` waits for the first one's commit (`Accepted::Kept` with
+    /// its ticket), if it still waits.
+    pub(super) fn join_promise(&mut self, sender: &DeviceId, id: &str) {
+        let Some(j) = self.journal.as_mut() else { return };
+        let ticket = j.waiting.iter().find_map(|(t, w)| match w {
+            Waiting::Promised(p) if p.delivery.as_ref().is_some_and(|(s, i)| s == sender && i == id) => Some(*t),
+            _ => None,
+        });
+        if ticket.is_some() {
+            j.kept = ticket;
         }
     }
 
@@ -535,7 +558,7 @@ impl Gateway {
     /// every seq its device was given reserved on disk.
     pub(super) fn release(&mut self, conn: ConnId) {
         let Some(c) = self.conns.get(&conn) else { return };
-        if c.held_back.is_none() || c.replaying {
+        if c.held_back.is_none() || c.replaying || c.commits_awaited > 0 {
             return;
         }
         let safe = match &c.state {

@@ -128,6 +128,8 @@ struct Conn {
     /// Its device's hold goes to it once its frames are released (a `hello` without
     /// `resume` while seqs wait for their reservation): until then the hold keeps it.
     hold_on_release: bool,
+    /// Commits its frames wait for (`Gateway::send_after_commit`).
+    commits_awaited: u32,
 }
 
 /// Frames one connection may have waiting behind a replay or a seq reservation (L58):
@@ -263,6 +265,7 @@ impl Gateway {
                 replaying: false,
                 resumed: false,
                 hold_on_release: false,
+                commits_awaited: 0,
             },
         );
         self.timers.push(now + self.config.hello_timeout, TimerKey::Hello(conn));
@@ -429,7 +432,9 @@ impl Gateway {
         // would skip the rest). The journal has those entries for the next resume; with
         // history off it has not, and they go without their seq.
         let seqs_ok = self.conns.get(&conn).is_none_or(|c| match &c.state {
-            ConnState::Ready { device, .. } => !c.replaying && self.latest_safe_seq(device) == self.latest_seq(device),
+            ConnState::Ready { device, .. } => {
+                !c.replaying && c.commits_awaited == 0 && self.latest_safe_seq(device) == self.latest_seq(device)
+            }
             ConnState::AwaitingHello => true,
         });
         let history = self.history_on();

@@ -86,12 +86,14 @@ impl Gateway {
                 // The agent's deliveries are keyed apart from services' and phones' (L34).
                 let sender = DeviceId(format!("a:{sender}"));
                 let (device, held) = self.deliver_now(now, &sender, &id, &target, text.as_deref(), file)?;
-                if let Some(keys) = held {
-                    self.keep_promised(Promise {
+                match held {
+                    Some(keys) => self.keep_promised(Promise {
                         device: device.clone(),
                         keys,
                         delivery: Some((sender, id)),
-                    });
+                    }),
+                    // S4: a repeat of one still waiting for its commit shares its outcome.
+                    None => self.join_promise(&sender, &id),
                 }
                 return Ok(Accepted::Delivered(device));
             }
