@@ -301,6 +301,37 @@ fn held_output_the_journal_could_not_keep_is_not_sent_as_well() {
 }
 
 #[test]
+fn a_later_version_kept_after_an_earlier_one_failed_stays_held() {
+    // Review D #5: version 1's transaction is rolled back, the final version is applied
+    // in the next one, which commits; the failure heard after it must not take the final
+    // version out of the hold (L45, issue 24 §4).
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let version = |text: &str, done: bool| AgentCommand::Reply {
+        device: DeviceId::from("tel-1"),
+        message: MessageId::from("r1"),
+        text: text.into(),
+        done,
+    };
+    h.agent(version("v1", false));
+    let lost = h
+        .journal
+        .as_mut()
+        .unwrap()
+        .crash()
+        .expect("version 1 waited for a commit");
+    h.agent(version("v1 and the end", true));
+    h.gw.handle_journal_failed(h.now, lost);
+    h.commit();
+    h.auto_commit = true;
+    let (_, frames) = h.connect_frames("tel-1");
+    let texts: Vec<_> = only(frames, "message").iter().map(|f| f["text"].clone()).collect();
+    assert_eq!(texts, ["v1 and the end"]);
+}
+
+#[test]
 fn a_held_file_the_journal_could_not_keep_is_not_sent_as_well() {
     let mut h = harness();
     subscribed_and_gone(&mut h, "tel-1");

@@ -512,14 +512,21 @@ impl Gateway {
 
     /// The agent hears `not_kept` and sends it again: what was held for it goes, or the
     /// phone would get it twice.
+    /// A key a later promise held again (a stream's next version, in a transaction after the
+    /// one that failed) stays: that version's own commit decides (review D #5).
     fn undo_promise(&mut self, p: Promise) {
         if let Some((sender, id)) = &p.delivery {
             self.delivered.remove(sender, id);
         }
+        let keys: Vec<String> = p
+            .keys
+            .into_iter()
+            .filter(|key| !self.promised_later(&p.device, key))
+            .collect();
         if let Some(d) = self.devices.get_mut(&p.device) {
-            d.hold.remove(&p.keys);
+            d.hold.remove(&keys);
             // The agent may send a finished reply again under its id.
-            for id in p.keys.iter().filter_map(|k| k.strip_prefix("m:")) {
+            for id in keys.iter().filter_map(|k| k.strip_prefix("m:")) {
                 d.finished.remove(&crate::ids::MessageId(id.to_owned()));
             }
         }
@@ -527,6 +534,17 @@ impl Gateway {
             "output held for {:?} not kept by the journal: the agent is told not_kept",
             p.device
         );
+    }
+
+    /// Whether a promise still waiting for its commit (so a later one than any being
+    /// undone) holds `key` for `device`.
+    fn promised_later(&self, device: &DeviceId, key: &str) -> bool {
+        self.journal.as_ref().is_some_and(|j| {
+            j.waiting.iter().any(|(_, w)| match w {
+                Waiting::Promised(p) => p.device == *device && p.keys.iter().any(|k| k == key),
+                _ => false,
+            })
+        })
     }
 
     fn undo_held_delivery(&mut self, d: HeldDelivery) {

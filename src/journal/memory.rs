@@ -115,11 +115,12 @@ impl MemoryJournal {
         self.pending
     }
 
-    /// Loses what was not committed, as a crash would.
-    pub fn crash(&mut self) {
+    /// Loses what was not committed, as a crash (or a rolled-back transaction) would; the
+    /// highest ticket it held, which the store would report failed.
+    pub fn crash(&mut self) -> Option<u64> {
         self.working = self.durable.clone();
-        self.unconfirmed = None;
         self.pending = 0;
+        self.unconfirmed.take()
     }
 
     pub fn read(&self, read: &Read) -> ReadResult {
