@@ -270,6 +270,31 @@ fn a_message_whose_line_the_agent_never_read_is_handed_over_again_after_a_sigkil
 }
 
 #[test]
+fn a_message_whose_line_died_with_the_agent_goes_to_the_next_agent_in_the_same_run() {
+    // L64 (review D #8): the agent crashed with the line in the gateway's outbox; the
+    // restarted agent gets it now, not at the gateway's next start.
+    let mut d = link();
+    d.attach_agent();
+    d.take_lines();
+    d.stalled_link = true;
+    let (phone, _) = d.hello("tel-1", Some(0));
+    d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    assert_eq!(only(&d.take(phone), "received").len(), 1);
+    d.agent_gone();
+    d.stalled_link = false;
+    d.attach_agent();
+    assert_eq!(
+        messages(&d.take_lines()),
+        [("m1".to_owned(), true)],
+        "handed over again"
+    );
+    // The new agent had it: a restart hands over nothing.
+    d.restart(true);
+    d.attach_agent();
+    assert!(messages(&d.take_lines()).is_empty(), "exactly once");
+}
+
+#[test]
 fn a_message_reaches_the_link_only_once_its_id_is_committed() {
     // A crash can never make the agent act twice on one id (L61).
     let mut d = link();

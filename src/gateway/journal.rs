@@ -100,7 +100,12 @@ pub(super) struct Replay {
 #[derive(Debug)]
 pub(super) enum PendingRead {
     Replay(Replay),
-    History { conn: ConnId, id: String },
+    History {
+        conn: ConnId,
+        id: String,
+    },
+    /// Owed events read back for the next agent.
+    Owed,
 }
 
 /// The journal's state in the core.

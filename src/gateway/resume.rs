@@ -8,7 +8,8 @@ use super::{ConnState, Gateway};
 use crate::agent::OutgoingFile;
 use crate::ids::{ConnId, DeviceId, MessageId};
 use crate::journal::body::Body;
-use crate::journal::{owed, Entry, Owed, Read, ReadResult, Record, Snapshot, Window};
+use crate::journal::owed::{self, EventKey};
+use crate::journal::{Entry, Owed, Read, ReadResult, Record, Snapshot, Window};
 use crate::prompts::{Card, Closed};
 use crate::time::Time;
 use crate::wire::journal::{with_seq, HistoryPage, Resumed};
@@ -188,6 +189,25 @@ impl Gateway {
         match pending {
             PendingRead::Replay(replay) => self.on_replay_page(now, replay, result),
             PendingRead::History { conn, id } => self.answer_history(now, conn, &id, result),
+            PendingRead::Owed => match result {
+                Ok(read) => self.restore_owed(read.owed),
+                Err(e) => log::warn!(
+                    "journal: events the agent never got could not be read back ({e}); they go to it \
+                     at the next start"
+                ),
+            },
+        }
+    }
+
+    /// Owed events whose lines never reached the agent (its process or connection ended
+    /// with them still queued) go to the next agent in this run, read back from the
+    /// journal as a restart would (L64, review D #8). Without a journal none was owed.
+    pub fn handle_agent_unwritten(&mut self, mut keys: Vec<EventKey>) {
+        // A key owed again has two lines; its row goes once.
+        keys.sort_unstable();
+        keys.dedup();
+        if !keys.is_empty() && self.journal_on() {
+            self.read(Read::Owed { keys }, PendingRead::Owed);
         }
     }
 

@@ -135,7 +135,11 @@ impl MemoryJournal {
                 let mut v: Vec<Entry> = of(device).into_iter().filter(|e| e.seq > *after).collect();
                 let more = v.len() > *limit;
                 v.truncate(*limit);
-                ReadResult { entries: v, more }
+                ReadResult {
+                    entries: v,
+                    more,
+                    ..ReadResult::default()
+                }
             }
             Read::Before { device, before, limit } => {
                 let mut v: Vec<Entry> = of(device)
@@ -144,7 +148,19 @@ impl MemoryJournal {
                     .collect();
                 let more = v.len() > *limit;
                 let v = v.split_off(v.len().saturating_sub(*limit));
-                ReadResult { entries: v, more }
+                ReadResult {
+                    entries: v,
+                    more,
+                    ..ReadResult::default()
+                }
+            }
+            Read::Owed { keys } => {
+                let wanted = |o: &&Owed| keys.iter().any(|k| k.device == o.device && k.key == o.key);
+                let owed = s.owed.iter().filter(wanted).cloned().collect();
+                ReadResult {
+                    owed,
+                    ..ReadResult::default()
+                }
             }
         }
     }

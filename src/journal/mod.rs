@@ -123,6 +123,10 @@ pub enum Read {
         before: Option<u64>,
         limit: usize,
     },
+    /// Those of these events still owed, in the order they were owed: events whose lines
+    /// never reached the agent (its process or connection ended with them queued) go to
+    /// the next agent in the same run (L64).
+    Owed { keys: Vec<owed::EventKey> },
 }
 
 /// The answer to a [`Read`].
@@ -131,6 +135,8 @@ pub struct ReadResult {
     pub entries: Vec<Entry>,
     /// `Before` only: older entries remain.
     pub more: bool,
+    /// `Owed` only.
+    pub owed: Vec<Owed>,
 }
 
 /// One entry of an idempotency window, as read at start-up.

@@ -18,7 +18,7 @@ use crate::uploads::ReceivedFile;
 use crate::wire::client::{AudioFormat, UploadKind};
 
 /// Which owed event the agent has had: its device, and its key within the device.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct EventKey {
     pub device: DeviceId,
     pub key: String,

@@ -5,6 +5,7 @@
 //! as an error for the caller to report.
 
 use hermes_mobile::ids::DeviceId;
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::{DedupRow, Entry, Owed, Read, ReadResult, Record, Window};
 use rusqlite::{params, Connection, Row};
 
@@ -160,29 +161,68 @@ fn reserve(conn: &Connection, device: &DeviceId, upto: u64, now: u64) -> rusqlit
 /// How stale a device's `used_at` may get before a put rewrites it.
 const USED_AT_EVERY_MS: i64 = 60_000;
 
-/// Answers a read; both kinds walk the `(device, seq)` index. An entry kept before
-/// `cutoff` (unix ms) is past `MOBILE_HISTORY_DAYS` and left out, so the bound is seen at
-/// once though the scan that deletes it runs hourly (L62); a held entry or an open card is
-/// never past it, as that scan spares them.
+/// Answers a read.
 pub(super) fn read(conn: &Connection, read: &Read, clock: Clock, cutoff: u64) -> rusqlite::Result<ReadResult> {
-    let (device, limit) = match read {
-        Read::After { device, limit, .. } | Read::Before { device, limit, .. } => (device, *limit),
-    };
+    match read {
+        Read::After { device, after, limit } => {
+            let (entries, more) = page(conn, device, Page::After(*after), *limit, clock, cutoff)?;
+            Ok(ReadResult {
+                entries,
+                more,
+                ..ReadResult::default()
+            })
+        }
+        Read::Before { device, before, limit } => {
+            let (entries, more) = page(conn, device, Page::Before(*before), *limit, clock, cutoff)?;
+            Ok(ReadResult {
+                entries,
+                more,
+                ..ReadResult::default()
+            })
+        }
+        Read::Owed { keys } => {
+            let owed = owed_of(conn, keys, clock)?;
+            Ok(ReadResult {
+                owed,
+                ..ReadResult::default()
+            })
+        }
+    }
+}
+
+enum Page {
+    After(u64),
+    /// Without a seq, the newest: below every seq.
+    Before(Option<u64>),
+}
+
+/// A page of a device's entries in seq order, and whether more remain past it; both kinds
+/// walk the `(device, seq)` index. An entry kept before `cutoff` (unix ms) is past
+/// `MOBILE_HISTORY_DAYS` and left out, so the bound is seen at once though the scan that
+/// deletes it runs hourly (L62); a held entry or an open card is never past it, as that
+/// scan spares them.
+fn page(
+    conn: &Connection,
+    device: &DeviceId,
+    page: Page,
+    limit: usize,
+    clock: Clock,
+    cutoff: u64,
+) -> rusqlite::Result<(Vec<Entry>, bool)> {
     // One row past the limit tells whether more remain.
     let take = int(u64::try_from(limit).unwrap_or(u64::MAX)).saturating_add(1);
     let map = |row: &Row<'_>| entry(row, clock);
-    let mut entries: Vec<Entry> = match read {
-        Read::After { after, .. } => conn
+    let mut entries: Vec<Entry> = match page {
+        Page::After(after) => conn
             .prepare_cached(concat!(
                 "SELECT ",
                 columns!(),
                 " FROM entries WHERE device = ?1 AND seq > ?2",
                 " AND (at >= ?4 OR held = 1 OR open = 1) ORDER BY seq LIMIT ?3"
             ))?
-            .query_map(params![device.0, int(*after), take, int(cutoff)], map)?
+            .query_map(params![device.0, int(after), take, int(cutoff)], map)?
             .collect::<rusqlite::Result<_>>()?,
-        // Without `before`, the newest: below every seq.
-        Read::Before { before, .. } => conn
+        Page::Before(before) => conn
             .prepare_cached(concat!(
                 "SELECT ",
                 columns!(),
@@ -194,10 +234,10 @@ pub(super) fn read(conn: &Connection, read: &Read, clock: Clock, cutoff: u64) ->
     };
     let more = entries.len() > limit;
     entries.truncate(limit);
-    if matches!(read, Read::Before { .. }) {
+    if matches!(page, Page::Before(_)) {
         entries.reverse();
     }
-    Ok(ReadResult { entries, more })
+    Ok((entries, more))
 }
 
 /// Every entry of a device in seq order (the CLI's history).
@@ -275,16 +315,33 @@ pub(super) fn seq_floor(conn: &Connection) -> rusqlite::Result<u64> {
 /// Every owed event, in the order it was owed.
 pub(super) fn owed(conn: &Connection, clock: Clock) -> rusqlite::Result<Vec<Owed>> {
     conn.prepare("SELECT device, key, at, body, blob FROM owed ORDER BY n")?
-        .query_map([], |row| {
-            Ok(Owed {
-                device: DeviceId(row.get(0)?),
-                key: row.get(1)?,
-                at: clock.time(uint(row.get(2)?)),
-                body: row.get(3)?,
-                blob: row.get(4)?,
-            })
-        })?
+        .query_map([], |row| owed_row(row, clock))?
         .collect()
+}
+
+/// Those of `keys` still owed, in the order they were owed (a key each, by the primary key).
+fn owed_of(conn: &Connection, keys: &[EventKey], clock: Clock) -> rusqlite::Result<Vec<Owed>> {
+    let mut stmt =
+        conn.prepare_cached("SELECT device, key, at, body, blob, n FROM owed WHERE device = ?1 AND key = ?2")?;
+    let mut found: Vec<(i64, Owed)> = Vec::new();
+    for k in keys {
+        let mut rows = stmt.query(params![k.device.0, k.key])?;
+        if let Some(row) = rows.next()? {
+            found.push((row.get(5)?, owed_row(row, clock)?));
+        }
+    }
+    found.sort_by_key(|(n, _)| *n);
+    Ok(found.into_iter().map(|(_, o)| o).collect())
+}
+
+fn owed_row(row: &Row<'_>, clock: Clock) -> rusqlite::Result<Owed> {
+    Ok(Owed {
+        device: DeviceId(row.get(0)?),
+        key: row.get(1)?,
+        at: clock.time(uint(row.get(2)?)),
+        body: row.get(3)?,
+        blob: row.get(4)?,
+    })
 }
 
 /// The idempotency windows' rows kept since `since` (unix ms), oldest first. A row of a

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use hermes_mobile::journal::{Entry, Owed, Record, Snapshot};
+use hermes_mobile::journal::{Entry, Owed, Read, Record, Snapshot};
 use hermes_mobile::Time;
 use rusqlite::Connection;
 
@@ -86,6 +86,32 @@ fn owed_events_keep_their_order_and_blobs_and_go_only_when_handed() {
     drop(rig);
     let (_store, snapshot) = open(&settings, clock);
     assert_eq!(snapshot.owed, vec![empty_file]);
+}
+
+#[test]
+fn owed_events_read_back_by_key_come_in_the_order_owed_and_only_if_still_owed() {
+    // L64 (review D #8): lines that died in a peer's outbox are read back for the next
+    // agent, uncommitted rows included (the read sees the open transaction).
+    let dir = Dir::new("owed-read");
+    let (store, _) = open(&dir.settings(), clock());
+    let mut rig = Rig::start(store);
+    let first = owed("a", "m:1", 1, Some(vec![7; 3]));
+    let second = owed("b", "p:2", 2, None);
+    let third = owed("a", "m:3", 3, None);
+    rig.worker.write(vec![
+        Record::Owe(first.clone()),
+        Record::Owe(second.clone()),
+        Record::Owe(third.clone()),
+        handed("a", "m:3"),
+    ]);
+    let key = |d: &str, k: &str| hermes_mobile::journal::owed::EventKey {
+        device: dev(d),
+        key: k.into(),
+    };
+    let keys = vec![key("b", "p:2"), key("a", "m:3"), key("a", "m:1"), key("c", "m:1")];
+    let result = rig.read(1, Read::Owed { keys });
+    assert_eq!(result.owed, vec![first, second], "handed and unknown keys are not owed");
+    assert!(result.entries.is_empty());
 }
 
 #[test]

@@ -32,7 +32,7 @@ impl Server {
     /// A line for a peer of the link. An owed event it carries is the agent's once the
     /// line is written whole (L64): on a pipe or socket when its last byte left our
     /// outbox; on `/agent` once the connection's queue is written to the socket.
-    /// A peer that is gone leaves it owed, for the next start.
+    /// A peer that ends first leaves it owed: it goes to the next agent (review D #8).
     pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, owed: Option<EventKey>, now: Instant) {
         match self.link_transports.home(peer) {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
@@ -53,11 +53,16 @@ impl Server {
         }
     }
 
-    /// Tells the core which owed events' lines were written whole.
+    /// Tells the core which owed events' lines were written whole, and which died with
+    /// their peer (those go to the next agent; at shutdown, to the next start's).
     pub(super) fn link_lines_written(&mut self) {
         let keys = self.link_transports.take_written();
         if !keys.is_empty() {
             self.wiring.handle_link_written(keys);
+        }
+        let unwritten = self.link_transports.take_unwritten();
+        if !unwritten.is_empty() && !self.shutting_down {
+            self.wiring.handle_link_unwritten(unwritten);
         }
     }
 
@@ -80,6 +85,7 @@ impl Server {
                 if let Some(at) = self.link_transports.reap(now) {
                     self.wheel.arm(at, TimerKey::AgentReap);
                 }
+                self.link_lines_written();
             }
             PeerHome::Unix(key) => {
                 log::info!("agent link: peer {} closed: {reason}", peer.0);

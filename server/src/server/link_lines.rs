@@ -32,6 +32,14 @@ impl Outbox {
         self.lines.push_back((line.into_bytes(), owed));
     }
 
+    /// The owed events of the lines not written whole, as the peer ends: they go to the
+    /// next agent (a line cut short is no line to the agent).
+    pub fn take_unwritten(&mut self) -> impl Iterator<Item = EventKey> + '_ {
+        self.bytes = 0;
+        self.written = 0;
+        self.lines.drain(..).filter_map(|(_, owed)| owed)
+    }
+
     /// Writes until empty or `WouldBlock`. The owed events of lines written whole go to
     /// `done`: only then has the agent got them (a line still queued dies with the process).
     pub fn flush(&mut self, out: &mut impl Write, done: &mut Vec<EventKey>) -> io::Result<()> {

@@ -100,6 +100,8 @@ pub struct LinkTransports {
     next_peer: u64,
     /// Owed events whose lines were written whole, for the core (L64): [`Self::take_written`].
     written: Vec<EventKey>,
+    /// Owed events whose lines an ended peer never had: [`Self::take_unwritten`].
+    unwritten: Vec<EventKey>,
 }
 
 impl LinkTransports {
@@ -115,6 +117,7 @@ impl LinkTransports {
             unix: Slab::new(),
             homes: HashMap::new(),
             written: Vec::new(),
+            unwritten: Vec::new(),
             next_peer: 1,
         }
     }
@@ -227,6 +230,7 @@ impl LinkTransports {
             }
         };
         let peer = c.io.peer;
+        self.unwritten.extend(c.io.outbox.take_unwritten());
         self.homes.remove(&peer);
         let ran = now.saturating_duration_since(c.started);
         let mut delay = None;
@@ -440,6 +444,7 @@ impl LinkTransports {
         if self.unix.contains(key) {
             let mut p = self.unix.remove(key);
             let _ = p.io.outbox.flush(&mut p.stream, &mut self.written);
+            self.unwritten.extend(p.io.outbox.take_unwritten());
             let _ = registry.deregister(&mut p.stream);
             let _ = p.stream.shutdown(std::net::Shutdown::Both);
             self.homes.remove(&p.io.peer);
@@ -476,6 +481,11 @@ impl LinkTransports {
     /// The owed events written whole since the last call.
     pub fn take_written(&mut self) -> Vec<EventKey> {
         std::mem::take(&mut self.written)
+    }
+
+    /// The owed events whose lines an ended peer never had, since the last call.
+    pub fn take_unwritten(&mut self) -> Vec<EventKey> {
+        std::mem::take(&mut self.unwritten)
     }
 
     /// The peer's socket or pipe became writable.

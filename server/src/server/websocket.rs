@@ -201,7 +201,10 @@ impl Server {
         }
         let in_core = conn.leave_core();
         let agent_peer = conn.agent_peer();
-        self.agent_ws_owed.remove(&key); // still owed: handed over again at the next start
+        // Lines still queued died with the connection: their events go to the next agent.
+        if let Some(unwritten) = self.agent_ws_owed.remove(&key).filter(|_| !self.shutting_down) {
+            self.wiring.handle_link_unwritten(unwritten);
+        }
         let t = self.time(Instant::now());
         if in_core {
             self.wiring.handle_close(t, id);

@@ -298,7 +298,6 @@ impl Wiring {
 
     // Inputs from the journal's store.
 
-    /// Everything up to `ticket` is on disk.
     /// Lines that carried owed events were written whole to the agent (L64).
     pub fn handle_link_written(&mut self, keys: Vec<EventKey>) {
         for key in keys {
@@ -306,6 +305,13 @@ impl Wiring {
         }
     }
 
+    /// Lines that carried owed events died with their peer, unwritten: the events go to the
+    /// next agent (L64).
+    pub fn handle_link_unwritten(&mut self, keys: Vec<EventKey>) {
+        self.core.handle_agent_unwritten(keys);
+    }
+
+    /// Everything up to `ticket` is on disk.
     pub fn handle_journal_committed(&mut self, now: Time, ticket: u64) {
         self.core.handle_journal_committed(now, ticket);
         self.agent.handle_committed(now, ticket, true);

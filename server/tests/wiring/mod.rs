@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use hermes_mobile::agent_link::{AgentLink, PeerId, QueueLimits};
 use hermes_mobile::journal::memory::MemoryJournal;
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::JournalConfig;
 use hermes_mobile::upstream::{Endpoint, ResponseHead};
 use hermes_mobile::{Config, ConnId, Gateway, Peer, Time};
@@ -65,6 +66,8 @@ pub struct Driver {
     /// The agent does not read: lines written to it stay in the gateway's outbox (lost
     /// with the process).
     pub stalled_link: bool,
+    /// The owed events of lines a stalled agent never read.
+    stalled: Vec<EventKey>,
     /// The HTTP agent's calls the backend has not answered yet: their id and request.
     pub calls: Vec<(CallId, String)>,
 }
@@ -131,6 +134,7 @@ impl Driver {
             lines: Vec::new(),
             saved: 0,
             stalled_link: false,
+            stalled: Vec::new(),
             calls: Vec::new(),
         }
     }
@@ -185,7 +189,7 @@ impl Driver {
             }
             WiringIo::Authenticated { .. } => {}
             // A stalled agent leaves its lines in the gateway's outbox: not the agent's yet.
-            WiringIo::LinkWrite { .. } if self.stalled_link => {}
+            WiringIo::LinkWrite { owed, .. } if self.stalled_link => self.stalled.extend(owed),
             WiringIo::LinkWrite { line, owed, .. } => {
                 self.lines
                     .push(serde_json::from_str(&line).expect("the link writes JSON lines"));
@@ -330,6 +334,15 @@ impl Driver {
         };
         self.wiring.handle_peer(self.now, opened);
         self.agent_line(json!({"t":"hello","v":1}));
+    }
+
+    /// The agent's process ends with lines still in the gateway's outbox, as the server
+    /// reports it: their owed events first, then the peer's end.
+    pub fn agent_gone(&mut self) {
+        let unwritten = std::mem::take(&mut self.stalled);
+        self.wiring.handle_link_unwritten(unwritten);
+        self.wiring.handle_peer(self.now, PeerInput::Closed { peer: AGENT });
+        self.step();
     }
 
     /// A line from the agent.
