@@ -234,6 +234,27 @@ fn forget_deletes_the_device_s_files_and_no_other_s() {
 }
 
 #[test]
+fn a_flood_of_forgets_sweeps_the_device_s_files_one_sweep_at_a_time() {
+    // L60, review D #9: without a journal each `forget` is answered at once, and each used
+    // to queue a sweep of the media directory (and a log line) on the file worker.
+    let mut h = Harness::new();
+    h.held_sweeps = Some(Vec::new());
+    let phone = h.connect("tel-1");
+    for i in 0..10_000 {
+        h.send(phone, json!({"t":"forget","id":format!("f{i}")}));
+    }
+    assert_eq!(only(h.take(phone), "forgotten").len(), 10_000);
+    let sweeps = |h: &Harness| h.held_sweeps.as_ref().unwrap().len();
+    assert_eq!(sweeps(&h), 1, "one sweep under way");
+    h.finish_sweeps();
+    assert_eq!(sweeps(&h), 1, "one more, for what was saved after the first began");
+    h.finish_sweeps();
+    assert_eq!(sweeps(&h), 0);
+    h.send(phone, json!({"t":"forget","id":"later"}));
+    assert_eq!(sweeps(&h), 1, "a later forget sweeps again");
+}
+
+#[test]
 fn a_file_the_agent_named_past_the_limits_is_kept_as_its_live_frame_carried_it() {
     // L48, review A #10: history items and replays are frames too (schema: Filename, Text, Id).
     let mut h = Harness::with_journal(config());

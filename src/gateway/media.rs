@@ -32,6 +32,9 @@ pub(super) struct MediaState {
     /// Sent files handed to the server and not yet reported, with their sizes.
     saving: HashMap<String, usize>,
     saving_bytes: usize,
+    /// Devices whose files a sweep (`forget`) is deleting now: `true` when another
+    /// `forget` came since it began, so one more sweep follows it (review D #9).
+    sweeping: HashMap<DeviceId, bool>,
 }
 
 impl Gateway {
@@ -113,9 +116,25 @@ impl Gateway {
     }
 
     /// `forget`: the device's files leave the media store, and no item names them again.
-    pub(super) fn forget_media(&mut self, device: &DeviceId) {
+    /// One sweep of the directory at a time per device, and at most one after it, however
+    /// many `forget`s come (L60): the one after it takes what was saved since the first
+    /// began. Whether a sweep began, for the log.
+    pub(super) fn forget_media(&mut self, device: &DeviceId) -> bool {
         self.media.kept.remove_for(device);
+        if let Some(again) = self.media.sweeping.get_mut(device) {
+            *again = true;
+            return false;
+        }
+        self.media.sweeping.insert(device.clone(), false);
         self.outputs.push_back(Output::DeleteMedia { device: device.clone() });
+        true
+    }
+
+    /// The server swept the device's files (`Output::DeleteMedia` is done).
+    pub fn handle_media_swept(&mut self, device: &DeviceId) {
+        if self.media.sweeping.remove(device) == Some(true) {
+            self.forget_media(device);
+        }
     }
 
     /// Whether the media store still has the file `key` of `device`.

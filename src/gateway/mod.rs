@@ -82,7 +82,8 @@ pub enum Output {
     /// [`Gateway::handle_media_saved`] or [`Gateway::handle_media_failed`].
     SaveMedia { name: String, data: Vec<u8> },
     /// Delete every file of this device from the media store (`forget`, L60): those whose
-    /// key begins with the device's digest ([`crate::media::key_is_for`]).
+    /// key begins with the device's digest ([`crate::media::key_is_for`]). Answer with
+    /// [`Gateway::handle_media_swept`] once done (whether or not it worked).
     DeleteMedia { device: DeviceId },
 }
 

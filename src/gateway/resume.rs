@@ -449,8 +449,9 @@ impl Gateway {
     /// `forget` (issue 24 §3): the device's entries, its hold and its push subscriptions go;
     /// its open cards, dedup window and seq stay. `forgotten` once that is on disk.
     pub(super) fn on_forget(&mut self, conn: ConnId, device: &DeviceId, id: &str) {
-        // A flood of `forget`s while the disk is slow queues at most a few commits, one
-        // sweep of the device's files and one log line (review A #8, B #5).
+        // A flood of `forget`s while the disk is slow queues at most a few commits, and
+        // sweeps of the device's files (with their log lines) one at a time (review A #8,
+        // B #5, D #9).
         let waiting = self.forgets_waiting(device);
         if waiting >= MAX_FORGETS_WAITING {
             let r = Rejection::new(ErrorCode::InternalError, "a forget is under way; wait for it");
@@ -463,8 +464,7 @@ impl Gateway {
         if self.push.unsubscribe(device) {
             self.outputs.push_back(super::Output::PushChanged);
         }
-        if waiting == 0 {
-            self.forget_media(device);
+        if self.forget_media(device) {
             log::info!("device {device:?}: forgot its journal, hold, files and push subscriptions (forget)");
         }
         if !self.journal_on() {
