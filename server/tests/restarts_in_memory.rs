@@ -211,6 +211,32 @@ fn the_link_answers_ok_for_held_output_only_after_its_commit() {
 }
 
 #[test]
+fn the_agent_s_repeated_deliver_is_answered_with_the_first_one_s_commit() {
+    // S4 (review D #6): a repeat waits for the first one's commit, not for held output
+    // the agent sent between them, which a later transaction keeps.
+    let mut config = config();
+    config.push = Some(PushConfig::new(VAPID, AllowList::new(["127.0.0.1:8443"]).unwrap()));
+    let mut d = Driver::new(config, AgentKind::Link);
+    d.attach_agent();
+    let (phone, _) = d.hello("tel-1", None);
+    let sub = json!({"endpoint":"https://127.0.0.1:8443/p","keys":{"p256dh":KEY,"auth":AUTH}});
+    d.send(phone, json!({"t":"push_subscribe","id":"s1","subscription":sub}));
+    d.close(phone);
+    d.take_lines();
+    d.auto_commit = false;
+    let deliver = |r: &str| json!({"t":"deliver","ref":r,"id":"d1","target":"mobile:tel-1","text":"x"});
+    d.agent_line(deliver("first"));
+    let first = d.journal.commit().expect("the first deliver waits for a commit");
+    d.agent_line(json!({"t":"reply","ref":"later","device":"tel-1","id":"a-1","text":"held","done":true}));
+    d.agent_line(deliver("again"));
+    assert!(only(&d.take_lines(), "ok").is_empty(), "nothing before its commit");
+    d.wiring.handle_journal_committed(d.now, first);
+    d.step();
+    let refs: Vec<Value> = only(&d.take_lines(), "ok").iter().map(|ok| ok["ref"].clone()).collect();
+    assert_eq!(refs, [json!("first"), json!("again")]);
+}
+
+#[test]
 fn held_output_whose_commit_failed_is_refused_to_the_agent() {
     let mut d = link();
     d.attach_agent();

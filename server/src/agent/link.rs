@@ -29,7 +29,8 @@ pub struct LinkAgent {
     /// The command handed to the core last, to answer its outcome.
     current: Option<Origin>,
     /// Outcomes of output held for an offline device, answered once the journal has it
-    /// (issue 24): the agent's `ok` is a promise the gateway must be able to keep.
+    /// (issue 24): the agent's `ok` is a promise the gateway must be able to keep. In
+    /// ticket order.
     after_commit: VecDeque<(u64, Origin, Accepted)>,
     /// While a file is read, later commands wait: the agent's order is kept.
     loading: Option<Loading>,
@@ -172,7 +173,12 @@ impl PureAgent for LinkAgent {
     fn handle_accepted(&mut self, _now: Time, accepted: &Accepted) {
         let Some(origin) = self.current.take() else { return };
         match accepted {
-            Accepted::Kept { ticket, then } => self.after_commit.push_back((*ticket, origin, (**then).clone())),
+            Accepted::Kept { ticket, then } => {
+                // In ticket order: a repeated `deliver` waits for the first one's (lower)
+                // ticket, not for output kept after it (S4).
+                let at = self.after_commit.partition_point(|(t, _, _)| t <= ticket);
+                self.after_commit.insert(at, (*ticket, origin, (**then).clone()));
+            }
             accepted => self.link.handle_outcome(&origin, Ok(accepted)),
         }
     }
