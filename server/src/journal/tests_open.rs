@@ -60,3 +60,25 @@ fn reading_a_stopped_gateway_s_journal_leaves_nothing_beside_it() {
     assert_eq!(seqs_of(&read_device(&path, &dev("a")).unwrap()), vec![1]);
     assert_eq!(sides(), [false, false], "nothing left beside the journal");
 }
+
+// The WAL is checkpointed once it holds 8 MiB, in pages of the file's own size: a journal
+// made with 4 KiB pages before 2 KiB became the default checkpoints at the same bytes.
+#[test]
+fn the_wal_is_checkpointed_at_8_mib_whatever_the_page_size() {
+    let pragma =
+        |store: &Store, name: &str| -> i64 { store.conn.pragma_query_value(None, name, |row| row.get(0)).unwrap() };
+    let dir = Dir::new("wal-size");
+    let (store, _) = open(&dir.settings(), clock());
+    assert_eq!(pragma(&store, "wal_autocheckpoint"), 4096);
+    assert_eq!(pragma(&store, "journal_size_limit"), 8 << 20);
+    drop(store);
+    let old = Dir::new("wal-size-4k");
+    let conn = Connection::open(old.journal()).unwrap();
+    conn.pragma_update(None, "page_size", 4096).unwrap();
+    conn.execute_batch("CREATE TABLE made_before(x)").unwrap();
+    drop(conn);
+    match Store::open(&old.settings(), clock()) {
+        Opened::Ready { store, .. } => assert_eq!(pragma(&store, "wal_autocheckpoint"), 2048),
+        other => panic!("expected the journal open, got {other:?}"),
+    }
+}
