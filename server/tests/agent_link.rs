@@ -307,6 +307,42 @@ fn link_socket_is_private_and_a_new_agent_replaces_the_old() {
 }
 
 #[test]
+fn messages_whose_lines_died_with_an_agent_go_to_the_next_one() {
+    // L64 (review D #8): an agent that stopped reading leaves lines in the gateway's
+    // outbox; when it goes, their messages go to the next agent in the same run, flagged
+    // `redelivered`, not at the gateway's next start.
+    let server = link_server(&[]);
+    let stuck = LinkPeer::connect(&server, json!({"t":"hello","v":1,"agent":"stuck"}));
+    let mut phone = Client::connect(&server);
+    phone.send(json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}));
+    phone.until("resumed");
+    // About 3 MB of lines: far more than a socket's buffer holds.
+    let text = "x".repeat(12_000);
+    for i in 0..250 {
+        say(&mut phone, &format!("m{i}"), &text);
+    }
+    for _ in 0..250 {
+        phone.until("received");
+    }
+    drop(stuck);
+    server.wait_for_log("agent link: peer");
+    let mut next = LinkPeer::connect(&server, json!({"t":"hello","v":1,"agent":"next"}));
+    next.until("welcome");
+    let mut got = Vec::new();
+    while got.last() != Some(&"m249".to_owned()) {
+        let Some(m) = std::iter::from_fn(|| next.next()).find(|v| v["t"] == "message") else {
+            panic!("got {got:?}; log: {}", server.log_text());
+        };
+        assert_eq!(m["redelivered"], true, "{}", m["id"]);
+        got.push(m["id"].as_str().unwrap().to_owned());
+    }
+    let first: usize = got[0][1..].parse().unwrap();
+    let expected: Vec<String> = (first..250).map(|i| format!("m{i}")).collect();
+    assert_eq!(got, expected, "each once, in order, through the last");
+    assert!(first > 0, "the socket's buffer took some lines whole");
+}
+
+#[test]
 fn messages_wait_for_the_agent_in_order_and_are_handed_over_once() {
     let server = link_server(&[]);
     let mut phone = Client::hello(&server, "tel-1");

@@ -33,7 +33,9 @@ impl Server {
     /// A line for a peer of the link. An owed event it carries is the agent's once the
     /// line is written whole (L64): on a pipe or socket when its last byte left our
     /// outbox; on `/agent` once the connection's queue is written to the socket.
-    /// A peer that ends first leaves it owed: it goes to the next agent (review D #8).
+    /// A peer that ends first leaves it owed: it goes to the next agent (review D #8), also
+    /// when the peer had ended before the line came (the link hears of an end after the
+    /// lines it wrote in the same wake-up).
     pub(super) fn write_link_line(&mut self, peer: PeerId, mut line: String, owed: Option<EventKey>, now: Instant) {
         match self.link_transports.home(peer) {
             Some(PeerHome::Ws(key, generation)) if self.conns.live(key, generation).is_some() => {
@@ -43,14 +45,16 @@ impl Server {
                     self.agent_ws_owed.entry(key).or_default().push(owed);
                 }
             }
-            Some(PeerHome::Ws(..)) => {}
+            Some(PeerHome::Ws(..)) | None => {
+                self.link_transports.note_unwritten(owed);
+                self.link_lines_written();
+            }
             Some(home) => {
                 if let Err(why) = self.link_transports.write(home, line, owed) {
                     self.end_link_peer(peer, &why, now);
                 }
                 self.link_lines_written();
             }
-            None => {}
         }
     }
 

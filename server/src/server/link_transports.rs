@@ -458,13 +458,19 @@ impl LinkTransports {
     pub fn write(&mut self, home: PeerHome, line: String, owed: Option<EventKey>) -> Result<(), String> {
         let (outbox, result) = match home {
             PeerHome::Child => {
-                let Some(c) = self.child.as_mut() else { return Ok(()) };
+                let Some(c) = self.child.as_mut() else {
+                    self.unwritten.extend(owed);
+                    return Ok(());
+                };
                 c.io.outbox.push(line, owed);
                 let r = c.io.outbox.flush(&mut c.stdin, &mut self.written);
                 (&c.io.outbox, r)
             }
             PeerHome::Unix(key) => {
-                let Some(p) = self.unix.get_mut(key) else { return Ok(()) };
+                let Some(p) = self.unix.get_mut(key) else {
+                    self.unwritten.extend(owed);
+                    return Ok(());
+                };
                 p.io.outbox.push(line, owed);
                 let r = p.io.outbox.flush(&mut p.stream, &mut self.written);
                 (&p.io.outbox, r)
@@ -481,6 +487,11 @@ impl LinkTransports {
     /// The owed events written whole since the last call.
     pub fn take_written(&mut self) -> Vec<EventKey> {
         std::mem::take(&mut self.written)
+    }
+
+    /// A line for a peer already gone: its event, if owed, goes to the next agent.
+    pub fn note_unwritten(&mut self, owed: Option<EventKey>) {
+        self.unwritten.extend(owed);
     }
 
     /// The owed events whose lines an ended peer never had, since the last call.
