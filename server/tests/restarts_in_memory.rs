@@ -307,6 +307,12 @@ fn a_message_whose_line_died_with_the_agent_goes_to_the_next_agent_in_the_same_r
     d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
     assert_eq!(only(&d.take(phone), "received").len(), 1);
     d.agent_gone();
+    // L41 (review E #1): not asked to send it again, or the agent would do it twice.
+    let told: Vec<Value> = only(&d.take(phone), "message")
+        .iter()
+        .map(|m| m["text"].clone())
+        .collect();
+    assert_eq!(told, [json!(hermes_mobile::agent_link::AGENT_AWAY_TEXT)]);
     d.stalled_link = false;
     d.attach_agent();
     assert_eq!(
@@ -318,6 +324,32 @@ fn a_message_whose_line_died_with_the_agent_goes_to_the_next_agent_in_the_same_r
     d.restart(true);
     d.attach_agent();
     assert!(messages(&d.take_lines()).is_empty(), "exactly once");
+}
+
+#[test]
+fn what_an_ended_agent_never_had_is_read_back_bounded_and_the_rest_waits_for_the_next_start() {
+    // L64 (review E #2): the read-back holds what the link keeps for an absent agent; the
+    // rest stays owed, never given up.
+    let mut d = link();
+    d.attach_agent();
+    d.take_lines();
+    d.stalled_link = true;
+    let (phone, _) = d.hello("tel-1", Some(0));
+    for i in 0..300 {
+        d.send(phone, json!({"t":"text","id":format!("m{i}"),"text":"x"}));
+    }
+    d.agent_gone();
+    d.stalled_link = false;
+    d.attach_agent();
+    let now = messages(&d.take_lines());
+    assert_eq!(now.len(), 256, "as many as the link keeps");
+    d.restart(true);
+    d.attach_agent();
+    let later = messages(&d.take_lines());
+    let mut all: Vec<String> = now.into_iter().chain(later).map(|(id, _)| id).collect();
+    all.sort();
+    all.dedup();
+    assert_eq!(all.len(), 300, "every acknowledged message reaches the agent");
 }
 
 #[test]

@@ -109,7 +109,9 @@ pub struct AgentLink {
     queue: VecDeque<Queued>,
     queued_bytes: usize,
     /// Devices that were handed a message and have had no `end_turn` since; `true` once
-    /// the agent sent a finished reply (its turn may end without a word from us).
+    /// nothing is to be sent again if the agent goes: it sent a finished reply (its turn
+    /// may end without a word from us), or the message's line never reached it and goes to
+    /// the next agent ([`Self::handle_unwritten`]).
     in_flight: HashMap<DeviceId, bool>,
     /// Devices told that the agent is away, during this absence.
     told_away: HashSet<DeviceId>,
@@ -175,6 +177,18 @@ impl AgentLink {
         );
     }
 
+    /// Owed events whose lines never reached the agent (told before its end): the gateway
+    /// reads them back for the next agent (L64), so a phone whose message is among them is
+    /// not asked to send it again (L41). A device's lines are written in order, so its
+    /// unwritten message is its latest.
+    pub fn handle_unwritten(&mut self, keys: &[EventKey]) {
+        for key in keys.iter().filter(|k| k.key.starts_with("m:")) {
+            if let Some(nothing_to_resend) = self.in_flight.get_mut(&key.device) {
+                *nothing_to_resend = true;
+            }
+        }
+    }
+
     /// A connection ended (by either side). If it was the agent, its turns in flight are
     /// ended for the phones.
     pub fn handle_peer_closed(&mut self, now: Time, peer: PeerId) {
@@ -190,7 +204,9 @@ impl AgentLink {
         devices.sort();
         for (device, answered) in devices {
             if answered {
-                self.end_turn(&device); // it had its answer; only the typing indicator stops
+                // It had its answer, or its message goes to the next agent: only the
+                // typing indicator stops.
+                self.end_turn(&device);
             } else {
                 log::info!("device {device:?}: turn ended, the agent went away");
                 self.notice(&device, AGENT_LOST_TEXT);
@@ -487,6 +503,11 @@ impl AgentLink {
         let device = event.device().clone();
         let is_message = matches!(event, AgentEvent::MessageReceived { .. });
         if self.queue.len() >= self.limits.events || self.queued_bytes + bytes > self.limits.bytes {
+            if matches!(event, AgentEvent::MessageReceived { redelivered: true, .. }) {
+                // Its phone had `received` long ago: it stays owed, for the next start (L64).
+                log::warn!("device {device:?}: the agent is away and its queue is full; a message handed over again waits for the next start");
+                return;
+            }
             log::warn!("device {device:?}: the agent is away and its queue is full; an event was not kept");
             self.handed(&event);
             if is_message {

@@ -104,8 +104,10 @@ pub(super) enum PendingRead {
         conn: ConnId,
         id: String,
     },
-    /// Owed events read back for the next agent.
-    Owed,
+    /// Owed events read back for the next agent: how many keys were asked for.
+    Owed {
+        asked: usize,
+    },
 }
 
 /// The journal's state in the core.

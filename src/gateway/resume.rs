@@ -33,6 +33,12 @@ const MAX_FORGETS_WAITING: usize = 4;
 /// `history` pages a connection may have asked for and not yet got.
 const MAX_HISTORY_READS_PER_CONN: usize = 4;
 
+/// How much of what an ended agent never had is read back at once: what the link keeps
+/// for an absent agent (its queue's 256 events and 32 MiB), so that a read-back is never
+/// given up for want of room, and memory stays bounded whatever the dead peer's outbox held.
+const OWED_READ_EVENTS: usize = 256;
+const OWED_READ_BYTES: usize = 32 * 1024 * 1024;
+
 impl Gateway {
     /// Restores what the journal kept (before any input): seqs, held output, open cards and
     /// the idempotency windows. Entries this build cannot read are skipped and logged.
@@ -189,8 +195,17 @@ impl Gateway {
         match pending {
             PendingRead::Replay(replay) => self.on_replay_page(now, replay, result),
             PendingRead::History { conn, id } => self.answer_history(now, conn, &id, result),
-            PendingRead::Owed => match result {
-                Ok(read) => self.restore_owed(read.owed),
+            PendingRead::Owed { asked } => match result {
+                Ok(read) => {
+                    if read.owed.len() == OWED_READ_EVENTS || read.owed.len() < asked {
+                        log::info!(
+                            "journal: {} of {asked} events whose lines the agent never had go to the \
+                             next agent; the others it had by now, or they stay owed for the next start",
+                            read.owed.len()
+                        );
+                    }
+                    self.restore_owed(read.owed);
+                }
                 Err(e) => log::warn!(
                     "journal: events the agent never got could not be read back ({e}); they go to it \
                      at the next start"
@@ -201,13 +216,21 @@ impl Gateway {
 
     /// Owed events whose lines never reached the agent (its process or connection ended
     /// with them still queued) go to the next agent in this run, read back from the
-    /// journal as a restart would (L64, review D #8). Without a journal none was owed.
+    /// journal as a restart would (L64, review D #8), as many as the link's queue for an
+    /// absent agent holds; the rest stay owed for the next start. Without a journal none
+    /// was owed.
     pub fn handle_agent_unwritten(&mut self, mut keys: Vec<EventKey>) {
         // A key owed again has two lines; its row goes once.
         keys.sort_unstable();
         keys.dedup();
         if !keys.is_empty() && self.journal_on() {
-            self.read(Read::Owed { keys }, PendingRead::Owed);
+            let asked = keys.len();
+            let read = Read::Owed {
+                keys,
+                limit: OWED_READ_EVENTS,
+                max_bytes: OWED_READ_BYTES,
+            };
+            self.read(read, PendingRead::Owed { asked });
         }
     }
 

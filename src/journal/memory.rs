@@ -154,9 +154,16 @@ impl MemoryJournal {
                     ..ReadResult::default()
                 }
             }
-            Read::Owed { keys } => {
+            Read::Owed { keys, limit, max_bytes } => {
                 let wanted = |o: &&Owed| keys.iter().any(|k| k.device == o.device && k.key == o.key);
-                let owed = s.owed.iter().filter(wanted).cloned().collect();
+                let (mut owed, mut bytes) = (Vec::new(), 0);
+                for o in s.owed.iter().filter(wanted).take(*limit) {
+                    bytes += o.body.len() + o.blob.as_ref().map_or(0, Vec::len);
+                    if bytes > *max_bytes && !owed.is_empty() {
+                        break;
+                    }
+                    owed.push(o.clone());
+                }
                 ReadResult {
                     owed,
                     ..ReadResult::default()

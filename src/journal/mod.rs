@@ -102,7 +102,8 @@ pub enum Record {
     Forget { device: DeviceId },
     /// The agent is owed this event: kept in the same commit as the change that promised
     /// it (a message's dedup entry, a card's close), so that a crash before the agent has
-    /// it cannot lose it (it is handed over again at start-up, flagged `redelivered`).
+    /// it cannot lose it (it is handed over again at start-up, or to the next agent when
+    /// its line died unwritten, flagged `redelivered`).
     Owe(Owed),
     /// The agent has the event `(device, key)` (or it was given up): it is owed no more.
     Handed { device: DeviceId, key: String },
@@ -123,10 +124,15 @@ pub enum Read {
         before: Option<u64>,
         limit: usize,
     },
-    /// Those of these events still owed, in the order they were owed: events whose lines
-    /// never reached the agent (its process or connection ended with them queued) go to
-    /// the next agent in the same run (L64).
-    Owed { keys: Vec<owed::EventKey> },
+    /// Those of these events still owed, in the order they were owed, as many as fit in
+    /// `limit` events and `max_bytes` of bodies and files (the first always): events whose
+    /// lines never reached the agent (its process or connection ended with them queued) go
+    /// to the next agent in the same run (L64).
+    Owed {
+        keys: Vec<owed::EventKey>,
+        limit: usize,
+        max_bytes: usize,
+    },
 }
 
 /// The answer to a [`Read`].

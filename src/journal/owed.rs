@@ -1,11 +1,12 @@
 //! Events the agent is owed ([`Record::Owe`](super::Record::Owe)), as the core writes them
-//! and reads them back at start-up.
+//! and reads them back: at start-up, and when an agent connection ended with their lines
+//! unwritten ([`Read::Owed`](super::Read::Owed)).
 //!
 //! A message, a card's answer and a card's expiry are promises: the phone got `received`
 //! (or saw its card close), so the agent must get the event even if the gateway dies in
 //! the moment between the commit and the hand-over. Such an event is owed in the same
-//! commit as the change that promised it and handed over again after a restart until the
-//! agent has it; a message handed over again says `redelivered`, so that an agent that did
+//! commit as the change that promised it and handed over again after a restart (or to the
+//! next agent) until the agent has it; a message handed over again says `redelivered`, so that an agent that did
 //! get it just before the crash can drop it by its id (L64).
 
 use serde::{Deserialize, Serialize};

@@ -9,6 +9,7 @@
 use std::collections::VecDeque;
 
 use hermes_mobile::agent_link::{file_of, AgentLink, FileHandover, LinkCommand, LinkOutput, LinkRole, Origin, PeerId};
+use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::limits::MAX_MEDIA_BYTES;
 use hermes_mobile::{Accepted, AgentCommand, AgentEvent, CommandError, Time};
 
@@ -67,6 +68,11 @@ impl LinkAgent {
             PeerInput::TooBig { peer } => self.link.handle_too_big(peer),
             PeerInput::Closed { peer } => self.link.handle_peer_closed(now, peer),
         }
+    }
+
+    /// Owed events whose lines never reached the agent (before its end).
+    pub fn handle_unwritten(&mut self, keys: &[EventKey]) {
+        self.link.handle_unwritten(keys);
     }
 
     /// A core event, with where its file was saved (or why it was not).

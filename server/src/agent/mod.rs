@@ -168,6 +168,13 @@ impl Agent {
         }
     }
 
+    /// Owed events whose lines died unwritten with a link peer, told before its end.
+    pub fn handle_link_unwritten(&mut self, keys: &[EventKey]) {
+        if let Agent::Link(a) = self {
+            a.handle_unwritten(keys);
+        }
+    }
+
     /// What a transport saw of a link peer (only the link has peers).
     pub fn handle_peer(&mut self, now: Time, input: PeerInput<'_>) {
         if let Agent::Link(a) = self {

@@ -180,8 +180,8 @@ pub(super) fn read(conn: &Connection, read: &Read, clock: Clock, cutoff: u64) ->
                 ..ReadResult::default()
             })
         }
-        Read::Owed { keys } => {
-            let owed = owed_of(conn, keys, clock)?;
+        Read::Owed { keys, limit, max_bytes } => {
+            let owed = owed_of(conn, keys, *limit, *max_bytes, clock)?;
             Ok(ReadResult {
                 owed,
                 ..ReadResult::default()
@@ -319,19 +319,44 @@ pub(super) fn owed(conn: &Connection, clock: Clock) -> rusqlite::Result<Vec<Owed
         .collect()
 }
 
-/// Those of `keys` still owed, in the order they were owed (a key each, by the primary key).
-fn owed_of(conn: &Connection, keys: &[EventKey], clock: Clock) -> rusqlite::Result<Vec<Owed>> {
-    let mut stmt =
-        conn.prepare_cached("SELECT device, key, at, body, blob, n FROM owed WHERE device = ?1 AND key = ?2")?;
-    let mut found: Vec<(i64, Owed)> = Vec::new();
+/// Those of `keys` still owed, in the order they were owed, as many as fit in `limit` and
+/// `max_bytes` (the first always). Their sizes are read first (`length` reads a row's
+/// header, not its file), so that what does not fit is never loaded.
+fn owed_of(
+    conn: &Connection,
+    keys: &[EventKey],
+    limit: usize,
+    max_bytes: usize,
+    clock: Clock,
+) -> rusqlite::Result<Vec<Owed>> {
+    let mut sizes = conn.prepare_cached(
+        "SELECT n, length(body) + coalesce(length(blob), 0) FROM owed WHERE device = ?1 AND key = ?2",
+    )?;
+    let mut found: Vec<(i64, u64, &EventKey)> = Vec::new();
     for k in keys {
-        let mut rows = stmt.query(params![k.device.0, k.key])?;
+        let mut rows = sizes.query(params![k.device.0, k.key])?;
         if let Some(row) = rows.next()? {
-            found.push((row.get(5)?, owed_row(row, clock)?));
+            found.push((row.get(0)?, uint(row.get(1)?), k));
         }
     }
-    found.sort_by_key(|(n, _)| *n);
-    Ok(found.into_iter().map(|(_, o)| o).collect())
+    found.sort_by_key(|(n, _, _)| *n);
+    let mut bytes = 0u64;
+    let fit = found
+        .iter()
+        .take(limit)
+        .take_while(|(_, size, _)| {
+            bytes += size;
+            bytes <= max_bytes as u64
+        })
+        .count()
+        .max(1);
+    let mut stmt =
+        conn.prepare_cached("SELECT device, key, at, body, blob FROM owed WHERE device = ?1 AND key = ?2")?;
+    let mut owed = Vec::new();
+    for (_, _, k) in found.iter().take(fit) {
+        owed.push(stmt.query_row(params![k.device.0, k.key], |row| owed_row(row, clock))?);
+    }
+    Ok(owed)
 }
 
 fn owed_row(row: &Row<'_>, clock: Clock) -> rusqlite::Result<Owed> {

@@ -109,9 +109,21 @@ fn owed_events_read_back_by_key_come_in_the_order_owed_and_only_if_still_owed() 
         key: k.into(),
     };
     let keys = vec![key("b", "p:2"), key("a", "m:3"), key("a", "m:1"), key("c", "m:1")];
-    let result = rig.read(1, Read::Owed { keys });
-    assert_eq!(result.owed, vec![first, second], "handed and unknown keys are not owed");
+    let read = |keys: &[_], limit, max_bytes| Read::Owed {
+        keys: keys.to_vec(),
+        limit,
+        max_bytes,
+    };
+    let result = rig.read(1, read(&keys, 10, 1 << 20));
+    assert_eq!(
+        result.owed,
+        vec![first.clone(), second],
+        "handed and unknown keys are not owed"
+    );
     assert!(result.entries.is_empty());
+    // Bounded: what does not fit stays owed, for the next start.
+    assert_eq!(rig.read(2, read(&keys, 1, 1 << 20)).owed, vec![first.clone()]);
+    assert_eq!(rig.read(3, read(&keys, 10, 1)).owed, vec![first], "the first always");
 }
 
 #[test]

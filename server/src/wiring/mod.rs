@@ -313,6 +313,7 @@ impl Wiring {
     /// Lines that carried owed events died with their peer, unwritten: the events go to the
     /// next agent (L64).
     pub fn handle_link_unwritten(&mut self, keys: Vec<EventKey>) {
+        self.agent.handle_link_unwritten(&keys);
         self.core.handle_agent_unwritten(keys);
     }
 
