@@ -234,24 +234,24 @@ fn forget_deletes_the_device_s_files_and_no_other_s() {
 }
 
 #[test]
-fn a_flood_of_forgets_sweeps_the_device_s_files_one_sweep_at_a_time() {
-    // L60, review D #9: without a journal each `forget` is answered at once, and each used
-    // to queue a sweep of the media directory (and a log line) on the file worker.
-    let mut h = Harness::new();
-    h.held_sweeps = Some(Vec::new());
+fn a_flood_of_forgets_sweeps_the_device_s_files_once_per_file_named_between_them() {
+    // L60, review D #9: each `forget` used to queue a sweep of the media directory (and a
+    // log line) on the file worker. Review E #3: a file sent after the last `forget` is
+    // not swept by a sweep that a `forget` before it asked for.
+    let mut h = Harness::with_journal(config());
     let phone = h.connect("tel-1");
-    for i in 0..10_000 {
+    for i in 0..1000 {
         h.send(phone, json!({"t":"forget","id":format!("f{i}")}));
     }
-    assert_eq!(only(h.take(phone), "forgotten").len(), 10_000);
-    let sweeps = |h: &Harness| h.held_sweeps.as_ref().unwrap().len();
-    assert_eq!(sweeps(&h), 1, "one sweep under way");
-    h.finish_sweeps();
-    assert_eq!(sweeps(&h), 1, "one more, for what was saved after the first began");
-    h.finish_sweeps();
-    assert_eq!(sweeps(&h), 0);
+    assert_eq!(only(h.take(phone), "forgotten").len(), 1000);
+    assert_eq!(h.sweeps, 1, "one sweep takes every file named before it");
+    h.agent(send_file("tel-1", "after.png", b"after"));
+    assert_eq!(h.media.len(), 1);
     h.send(phone, json!({"t":"forget","id":"later"}));
-    assert_eq!(sweeps(&h), 1, "a later forget sweeps again");
+    assert_eq!(h.sweeps, 2, "a file named since: swept again");
+    assert!(h.media.is_empty());
+    h.send(phone, json!({"t":"forget","id":"again"}));
+    assert_eq!(h.sweeps, 2, "nothing named since");
 }
 
 #[test]

@@ -34,7 +34,7 @@ enum Job {
     /// Keep a file sent to a device in the media store under the core's name (L63).
     SaveMedia { name: String, data: Vec<u8> },
     /// Delete every file of the device from the media store (`forget`); the names go back
-    /// as `Done::MediaRemoved`, and its end as `Done::MediaSwept`.
+    /// as `Done::MediaRemoved`.
     DeleteMedia { device: DeviceId },
     /// Read the media store's file `key` (32 hex digits, checked) for the `/files/` route.
     Fetch { ticket: Ticket, key: String },
@@ -62,8 +62,6 @@ pub enum Done {
     MediaSaved { name: String, result: io::Result<()> },
     /// L26's bounds removed these files from the media store.
     MediaRemoved(Vec<String>),
-    /// A `DeleteMedia` is done, whether or not it worked.
-    MediaSwept(DeviceId),
     /// A `Fetch` is done: the file's name and bytes.
     Fetched {
         ticket: Ticket,
@@ -208,7 +206,7 @@ fn run(store: &mut MediaStore, job: Job) -> Option<Done> {
             if let Err(e) = store.delete_for(&device) {
                 log::warn!("could not delete the files of device {device:?} (forget): {e}");
             }
-            return Some(Done::MediaSwept(device));
+            return None;
         }
         Job::Fetch { ticket, key } => Done::Fetched {
             ticket,

@@ -7,7 +7,7 @@
 //! it saved, what it could not save and what L26's bounds removed, and at start-up what the
 //! directory holds.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use super::{Gateway, Output};
 use crate::agent::{Audio, OutgoingFile};
@@ -25,6 +25,10 @@ use crate::wire::ErrorCode;
 /// them cannot fill memory.
 pub const MAX_SAVING_BYTES: usize = 32 * 1024 * 1024;
 
+/// Devices remembered as swept; past it the set starts again (a `forget` then costs one
+/// more sweep), so that minted device ids cannot grow it.
+const MAX_SWEPT: usize = 4096;
+
 /// What the core knows of the media store.
 #[derive(Debug, Default)]
 pub(super) struct MediaState {
@@ -32,9 +36,10 @@ pub(super) struct MediaState {
     /// Sent files handed to the server and not yet reported, with their sizes.
     saving: HashMap<String, usize>,
     saving_bytes: usize,
-    /// Devices whose files a sweep (`forget`) is deleting now: `true` when another
-    /// `forget` came since it began, so one more sweep follows it (review D #9).
-    sweeping: HashMap<DeviceId, bool>,
+    /// Devices with a sweep of their files (`forget`) queued since the core last named a
+    /// file of theirs: the file worker's queue is in order, so that sweep takes every file
+    /// named before it, and a later `forget` needs no other (review D #9, E #3).
+    swept: HashSet<DeviceId>,
 }
 
 impl Gateway {
@@ -47,6 +52,7 @@ impl Gateway {
         file: &mut Option<ReceivedFile>,
     ) {
         let key = media::new_key(device, self.ids.next_u64());
+        self.media.swept.remove(device);
         if let Some(a) = audio {
             let name = format!("voice.{}", a.format.as_str());
             a.media_name = Some(media::disk_name(&key, device.as_str(), &name, ""));
@@ -72,6 +78,7 @@ impl Gateway {
             return None;
         }
         let key = media::new_key(device, self.ids.next_u64());
+        self.media.swept.remove(device);
         let name = media::disk_name(&key, device.as_str(), &file.filename, "");
         self.media.saving.insert(name.clone(), bytes);
         self.media.saving_bytes += bytes;
@@ -116,25 +123,20 @@ impl Gateway {
     }
 
     /// `forget`: the device's files leave the media store, and no item names them again.
-    /// One sweep of the directory at a time per device, and at most one after it, however
-    /// many `forget`s come (L60): the one after it takes what was saved since the first
-    /// began. Whether a sweep began, for the log.
+    /// A sweep of the directory is queued unless one already is that takes every file the
+    /// device has (L60): however many `forget`s come, one sweep per file named between
+    /// them. Whether a sweep was queued, for the log.
     pub(super) fn forget_media(&mut self, device: &DeviceId) -> bool {
         self.media.kept.remove_for(device);
-        if let Some(again) = self.media.sweeping.get_mut(device) {
-            *again = true;
+        if self.media.swept.contains(device) {
             return false;
         }
-        self.media.sweeping.insert(device.clone(), false);
+        if self.media.swept.len() >= MAX_SWEPT {
+            self.media.swept.clear();
+        }
+        self.media.swept.insert(device.clone());
         self.outputs.push_back(Output::DeleteMedia { device: device.clone() });
         true
-    }
-
-    /// The server swept the device's files (`Output::DeleteMedia` is done).
-    pub fn handle_media_swept(&mut self, device: &DeviceId) {
-        if self.media.sweeping.remove(device) == Some(true) {
-            self.forget_media(device);
-        }
     }
 
     /// Whether the media store still has the file `key` of `device`.

@@ -82,8 +82,8 @@ pub enum Output {
     /// [`Gateway::handle_media_saved`] or [`Gateway::handle_media_failed`].
     SaveMedia { name: String, data: Vec<u8> },
     /// Delete every file of this device from the media store (`forget`, L60): those whose
-    /// key begins with the device's digest ([`crate::media::key_is_for`]). Answer with
-    /// [`Gateway::handle_media_swept`] once done (whether or not it worked).
+    /// key begins with the device's digest ([`crate::media::key_is_for`]), after the saves
+    /// asked for before it (in order with [`Output::SaveMedia`] and the saves of uploads).
     DeleteMedia { device: DeviceId },
 }
 

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use hermes_mobile::{AgentCommand, AgentEvent, Config, ConnId, DeviceId, Gateway, Output, Peer, Time};
+use hermes_mobile::{AgentCommand, AgentEvent, Config, ConnId, Gateway, Output, Peer, Time};
 use serde_json::{json, Value};
 
 pub const TOKEN: &str = "app-token-0123456789";
@@ -36,8 +36,8 @@ pub struct Harness {
     pub held_media: Option<Vec<(String, Vec<u8>)>>,
     /// Phones that read nothing: their queue never drains (`Gateway::handle_drained`).
     pub unread: Vec<ConnId>,
-    /// Sweeps of a device's files (`forget`) wait here instead of being done at once.
-    pub held_sweeps: Option<Vec<DeviceId>>,
+    /// How many sweeps of a device's files (`forget`) the server was asked for.
+    pub sweeps: usize,
     /// Connections sent frames since the last pump's drain.
     got_frames: Vec<ConnId>,
 }
@@ -63,7 +63,7 @@ impl Harness {
             held_reads: None,
             media: HashMap::new(),
             held_media: None,
-            held_sweeps: None,
+            sweeps: 0,
             unread: Vec::new(),
             got_frames: Vec::new(),
         }
@@ -85,21 +85,6 @@ impl Harness {
             self.media.insert(name, data);
         }
         self.pump();
-    }
-
-    /// The sweeps that waited are done now.
-    pub fn finish_sweeps(&mut self) {
-        for device in self.held_sweeps.as_mut().map(std::mem::take).unwrap_or_default() {
-            self.sweep(&device);
-        }
-        self.pump();
-    }
-
-    fn sweep(&mut self, device: &DeviceId) {
-        self.media.retain(|name, _| {
-            !hermes_mobile::media::key_of_name(name).is_some_and(|k| hermes_mobile::media::key_is_for(k, device))
-        });
-        self.gw.handle_media_swept(device);
     }
 
     /// L26's bounds remove a file from the media store, and the core is told.
@@ -230,10 +215,13 @@ impl Harness {
                     self.gw.handle_journal_read(self.now, token, Ok(result));
                 }
                 Output::SaveMedia { name, data } => self.save_media(name, data),
-                Output::DeleteMedia { device } if self.held_sweeps.is_some() => {
-                    self.held_sweeps.get_or_insert_with(Vec::new).push(device);
+                Output::DeleteMedia { device } => {
+                    self.sweeps += 1;
+                    self.media.retain(|name, _| {
+                        !hermes_mobile::media::key_of_name(name)
+                            .is_some_and(|k| hermes_mobile::media::key_is_for(k, &device))
+                    });
                 }
-                Output::DeleteMedia { device } => self.sweep(&device),
             }
         }
         while let Some(e) = self.gw.poll_event() {

@@ -23,7 +23,6 @@ impl Server {
                 Done::Loaded { ticket, result } => self.wiring.handle_file_loaded(self.time(now), ticket, result),
                 Done::MediaSaved { name, result } => self.wiring.handle_media_saved(&name, result.is_ok()),
                 Done::MediaRemoved(names) => self.wiring.handle_media_removed(&names),
-                Done::MediaSwept(device) => self.wiring.handle_media_swept(&device),
                 Done::Fetched { ticket, result } => self.file_fetched(ticket, result, now),
             }
         }

@@ -67,7 +67,7 @@ pub enum WiringIo {
     /// `handle_media_saved(name, ..)`.
     SaveMedia { name: String, data: Vec<u8> },
     /// Delete the device's files from the media store (`forget`); the removed names come
-    /// back as `handle_media_removed`, and its end as `handle_media_swept`.
+    /// back as `handle_media_removed`. In order with the saves asked for before it.
     DeleteMedia { device: DeviceId },
     /// Read a file the agent names; answer with `handle_file_loaded(ticket, ..)`.
     LoadFile {
@@ -273,11 +273,6 @@ impl Wiring {
         for name in names {
             self.core.handle_media_removed(name);
         }
-    }
-
-    /// A `DeleteMedia` is done.
-    pub fn handle_media_swept(&mut self, device: &DeviceId) {
-        self.core.handle_media_swept(device);
     }
 
     /// The `/files/` route's credential check (L63): a failure counts against the address

@@ -202,7 +202,7 @@ impl Driver {
                 self.wiring.handle_file_saved(ticket, event, Ok(path));
             }
             WiringIo::SaveMedia { name, .. } => self.wiring.handle_media_saved(&name, true),
-            WiringIo::DeleteMedia { device } => self.wiring.handle_media_swept(&device),
+            WiringIo::DeleteMedia { .. } => {}
             WiringIo::LoadFile { ticket, .. } => {
                 self.wiring
                     .handle_file_loaded(now, ticket, Err(LoadError::Unreadable("no files here".into())))
