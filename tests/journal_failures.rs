@@ -332,6 +332,38 @@ fn a_later_version_kept_after_an_earlier_one_failed_stays_held() {
 }
 
 #[test]
+fn a_failed_version_leaves_a_later_final_version_sent_live_finished() {
+    // Review E #4: version 1 was held and its commit failed; the phone came back and got
+    // the final version live before the failure was heard. Undoing version 1 must not let
+    // the agent's re-sent version 1 replace the final reply (M2).
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    let version = |text: &str, done: bool| AgentCommand::Reply {
+        device: DeviceId::from("tel-1"),
+        message: MessageId::from("r1"),
+        text: text.into(),
+        done,
+    };
+    h.agent(version("v1", false));
+    let lost = h
+        .journal
+        .as_mut()
+        .unwrap()
+        .crash()
+        .expect("version 1 waited for a commit");
+    let (_phone, _) = h.connect_frames("tel-1");
+    h.agent(version("v1 and the end", true));
+    h.gw.handle_journal_failed(h.now, lost);
+    let again = h.try_agent(version("v1", false));
+    assert!(
+        matches!(again, Err(hermes_mobile::CommandError::MessageFinished)),
+        "{again:?}"
+    );
+}
+
+#[test]
 fn a_held_file_the_journal_could_not_keep_is_not_sent_as_well() {
     let mut h = harness();
     subscribed_and_gone(&mut h, "tel-1");

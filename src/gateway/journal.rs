@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use super::{Gateway, Output};
 use crate::agent::AgentEvent;
-use crate::ids::{ConnId, DeviceId};
+use crate::ids::{ConnId, DeviceId, MessageId};
 use crate::journal::body::Body;
 use crate::journal::owed::{self, EventKey};
 use crate::journal::seqs::Seqs;
@@ -66,6 +66,8 @@ pub(super) struct Promise {
     pub keys: Vec<String>,
     /// An agent's `deliver` (sender key, id): its S4 record goes too.
     pub delivery: Option<(DeviceId, String)>,
+    /// The reply this version finished (`done`): the agent may send it again under its id.
+    pub finished: Option<MessageId>,
 }
 
 #[derive(Debug)]
@@ -530,11 +532,15 @@ impl Gateway {
             .into_iter()
             .filter(|key| !self.promised_later(&p.device, key))
             .collect();
+        // The agent may send a finished reply again under its id; a version that did not
+        // finish it leaves `finished` alone (a later final version, sent live, is in it).
+        let finished = p
+            .finished
+            .filter(|id| keys.iter().any(|k| k.strip_prefix("m:") == Some(id.as_str())));
         if let Some(d) = self.devices.get_mut(&p.device) {
             d.hold.remove(&keys);
-            // The agent may send a finished reply again under its id.
-            for id in keys.iter().filter_map(|k| k.strip_prefix("m:")) {
-                d.finished.remove(&crate::ids::MessageId(id.to_owned()));
+            if let Some(id) = finished {
+                d.finished.remove(&id);
             }
         }
         log::warn!(

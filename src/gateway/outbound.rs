@@ -91,6 +91,7 @@ impl Gateway {
                         device: device.clone(),
                         keys,
                         delivery: Some((sender, id)),
+                        finished: None,
                     }),
                     // S4: a repeat of one still waiting for its commit shares its outcome.
                     None => self.join_promise(&sender, &id),
@@ -229,6 +230,7 @@ impl Gateway {
                     device: device.clone(),
                     keys: vec![format!("m:{}", message.as_str())],
                     delivery: None,
+                    finished: done.then(|| message.clone()),
                 });
                 self.arm_hold(now, &device);
                 if done {
@@ -284,6 +286,7 @@ impl Gateway {
                     device: device.clone(),
                     keys: vec![key],
                     delivery: None,
+                    finished: None,
                 });
                 self.arm_hold(now, &device);
             }
