@@ -353,6 +353,27 @@ fn what_an_ended_agent_never_had_is_read_back_bounded_and_the_rest_waits_for_the
 }
 
 #[test]
+fn a_message_let_through_by_a_failed_commit_is_owed_again() {
+    // L64 (review E #5): the failed transaction took its owed row; the message still
+    // went to the agent, whose line then died unwritten. It must reach the next agent.
+    let mut d = link();
+    d.attach_agent();
+    d.take_lines();
+    d.stalled_link = true;
+    let (phone, _) = d.hello("tel-1", Some(0));
+    d.auto_commit = false;
+    d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    let lost = d.journal.crash().expect("the message waited for a commit");
+    d.wiring.handle_journal_failed(d.now, lost);
+    d.auto_commit = true;
+    d.step();
+    d.agent_gone();
+    d.stalled_link = false;
+    d.attach_agent();
+    assert_eq!(messages(&d.take_lines()), [("m1".to_owned(), true)]);
+}
+
+#[test]
 fn a_message_reaches_the_link_only_once_its_id_is_committed() {
     // A crash can never make the agent act twice on one id (L61).
     let mut d = link();

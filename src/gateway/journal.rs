@@ -380,6 +380,7 @@ impl Gateway {
         // `received` is not sent, so the client keeps it until a later confirmation.
         // Only what waits now failed: a reservation asked again below gets a new ticket.
         let ticket = self.journal.as_ref().map_or(0, |j| j.next_ticket.min(ticket));
+        self.owe_again(ticket);
         self.open_gate(ticket);
         while let Some(waiting) = self.pop_waiting(ticket) {
             match waiting {
@@ -472,6 +473,23 @@ impl Gateway {
         });
         if ticket.is_some() {
             j.kept = ticket;
+        }
+    }
+
+    /// The events a failed commit lets through are owed again, in the next transaction:
+    /// their rows went with the failed one, and one whose line then dies unwritten could
+    /// not be read back for the next agent, nor handed over again after a restart (L64,
+    /// review E #5).
+    fn owe_again(&mut self, ticket: u64) {
+        let Some(j) = self.journal.as_ref() else { return };
+        let rows: Vec<_> = j
+            .gate
+            .iter()
+            .take_while(|(t, _)| *t <= ticket)
+            .filter_map(|(_, event)| owed::owe(event, self.now))
+            .collect();
+        for row in rows {
+            self.keep(Record::Owe(row));
         }
     }
 
