@@ -84,8 +84,9 @@ pub struct Server {
     /// the step are in their sockets: the agent's `ok` for a reply must never leave before
     /// the reply does, or a SIGKILL in between loses a reply the agent counts as delivered.
     link_out: Vec<crate::wiring::WiringIo>,
-    /// A connection's queue drained during `drive`'s flush: the core may have more to say
-    /// (a paused replay's next page), so `drive` goes round once more.
+    /// A connection's queue drained, or a connection ended, during `drive`'s flush: the
+    /// core may have more to say (a paused replay's next page, an ended agent's read-back,
+    /// closing frames), so `drive` goes round once more.
     drained_news: bool,
     /// Owed events on their way to an `/agent` WebSocket, by connection key: handed over
     /// once its queue is written (L64), left owed if it dies first.

@@ -213,6 +213,10 @@ impl Server {
             self.link_transports.forget(peer);
             self.wiring.handle_peer(t, PeerInput::Closed { peer });
         }
+        // What the wiring now has to do (a read-back, the link's notices, the core's
+        // closing frames) goes in this wake-up, also when the end came while `drive`
+        // flushed the frames (review E #6).
+        self.drained_news = true;
         self.schedule_trim(Instant::now());
     }
 
