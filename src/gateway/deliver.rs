@@ -1,8 +1,9 @@
 //! `deliver` (S1–S5): a service's or the agent's message to a device, sent now or held for
 //! a device that can be notified (L45), and confirmed only once the journal keeps it.
 
-use super::journal::{stamp, HeldDelivery, Waiting};
+use super::journal::{stamp, Waiting};
 use super::keep::Reply;
+use super::promises::HeldDelivery;
 use super::Gateway;
 use crate::agent::CommandError;
 use crate::auth::Role;

@@ -13,6 +13,7 @@ mod journal;
 mod keep;
 mod media;
 mod outbound;
+mod promises;
 mod push;
 mod resume;
 mod timers;

@@ -3,8 +3,9 @@
 use std::borrow::Cow;
 use std::time::Duration;
 
-use super::journal::{stamp, Promise};
+use super::journal::stamp;
 use super::keep::Reply;
+use super::promises::Promise;
 use super::timers::{claim, TimerKey};
 use super::{AvatarState, Gateway, MAX_STREAMS_PER_DEVICE};
 use crate::agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptRequest};
