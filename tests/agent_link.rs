@@ -233,7 +233,11 @@ fn a_new_agent_replaces_the_old_and_in_flight_turns_end_for_the_phone() {
         .find(|(p, _)| *p == AGENT)
         .expect("the old agent is told why");
     assert_eq!(told.1["code"], "replaced");
-    // Its turns in flight end for the phone.
+    assert!(commands.is_empty(), "{commands:?}");
+    // Its turns in flight end for the phone once its connection has, when the server has
+    // said which of its lines it never had (L41).
+    link.handle_peer_closed(Time::from_secs(1), AGENT);
+    let (_, commands, _) = drain(&mut link);
     let cmds: Vec<&AgentCommand> = commands.iter().map(|(_, c)| ready(c)).collect();
     assert_eq!(notice(cmds[0]), Some(format!("tel-1:{AGENT_LOST_TEXT}")));
     assert!(matches!(cmds[1], AgentCommand::EndTurn { device } if device.as_str() == "tel-1"));
@@ -327,6 +331,36 @@ fn the_queue_is_bounded_by_count_bytes_and_age() {
     let lines = attach(&mut link, AGENT, Time::from_secs(70));
     let ids: Vec<&str> = lines[1..].iter().map(|v| v["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec!["new"]);
+}
+
+#[test]
+fn a_message_handed_over_again_is_never_given_up_by_a_full_queue() {
+    // L64: its phone had `received` long ago; it stays owed, for the next start, and the
+    // phone is not told it was not kept.
+    let limits = QueueLimits {
+        events: 1,
+        bytes: 1 << 20,
+        max_age: Duration::from_secs(60),
+    };
+    let mut link = AgentLink::new("gw", 300, None, limits);
+    link.handle_event(Time::ZERO, text_event("tel-1", "m0", "a"), None);
+    let mut again = text_event("tel-1", "m1", "b");
+    if let AgentEvent::MessageReceived { redelivered, .. } = &mut again {
+        *redelivered = true;
+    }
+    link.handle_event(Time::ZERO, again, None);
+    let mut handed = Vec::new();
+    let mut notices = Vec::new();
+    while let Some(out) = link.poll_output() {
+        match out {
+            LinkOutput::Handed(key) => handed.push(key),
+            LinkOutput::Command { command, .. } => notices.extend(notice(ready(&command))),
+            _ => {}
+        }
+    }
+    assert!(handed.is_empty(), "given up: {handed:?}");
+    assert!(!notices.contains(&format!("tel-1:{QUEUE_FULL_TEXT}")), "{notices:?}");
+    assert_eq!(link.queued().0, 1);
 }
 
 #[test]

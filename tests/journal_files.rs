@@ -255,6 +255,22 @@ fn a_flood_of_forgets_sweeps_the_device_s_files_once_per_file_named_between_them
 }
 
 #[test]
+fn a_voice_note_saved_after_a_forget_is_swept_by_the_next_forget() {
+    // L60 (review F #5): a message's file is saved when its commit hands it to the agent,
+    // after a sweep that a `forget` in the meantime queued.
+    let mut h = Harness::with_journal(config());
+    let phone = h.connect("tel-1");
+    h.auto_commit = false;
+    h.send(phone, json!({"t":"audio","id":"a1","format":"ogg","data":b64(b"OggS")}));
+    h.send(phone, json!({"t":"forget","id":"f1"}));
+    h.commit();
+    assert_eq!(h.media.len(), 1, "saved after the sweep");
+    h.send(phone, json!({"t":"forget","id":"f2"}));
+    h.commit();
+    assert!(h.media.is_empty(), "{:?}", h.media.keys());
+}
+
+#[test]
 fn a_file_the_agent_named_past_the_limits_is_kept_as_its_live_frame_carried_it() {
     // L48, review A #10: history items and replays are frames too (schema: Filename, Text, Id).
     let mut h = Harness::with_journal(config());

@@ -253,6 +253,24 @@ fn held_output_whose_commit_failed_is_refused_to_the_agent() {
     assert_eq!(error["ref"], "r1", "{error}");
 }
 
+/// An agent attached that reads nothing (its lines stay in the gateway's outbox), and
+/// tel-1's phone, hello'd with `resume` after `after`.
+fn stalled_agent(mut d: Driver, after: Option<u64>) -> (Driver, hermes_mobile::ConnId) {
+    d.attach_agent();
+    d.take_lines();
+    d.stalled_link = true;
+    let (phone, _) = d.hello("tel-1", after);
+    (d, phone)
+}
+
+/// The texts of the messages `conn` got since the last take.
+fn texts_to(d: &mut Driver, conn: hermes_mobile::ConnId) -> Vec<Value> {
+    only(&d.take(conn), "message")
+        .iter()
+        .map(|m| m["text"].clone())
+        .collect()
+}
+
 /// `(id, redelivered)` of the messages the link wrote to its agent.
 fn messages(lines: &[Value]) -> Vec<(String, bool)> {
     only(lines, "message")
@@ -282,11 +300,7 @@ fn a_received_message_the_agent_never_had_is_handed_over_again_after_a_sigkill()
 fn a_message_whose_line_the_agent_never_read_is_handed_over_again_after_a_sigkill() {
     // L64 (review B #1): the agent has an event once its line is written whole, not when
     // the line is queued in the gateway's outbox, which a crash takes with it.
-    let mut d = link();
-    d.attach_agent();
-    d.take_lines();
-    d.stalled_link = true;
-    let (phone, _) = d.hello("tel-1", Some(0));
+    let (mut d, phone) = stalled_agent(link(), Some(0));
     d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
     assert_eq!(only(&d.take(phone), "received").len(), 1);
     d.restart(true);
@@ -299,11 +313,7 @@ fn a_message_whose_line_the_agent_never_read_is_handed_over_again_after_a_sigkil
 fn a_message_whose_line_died_with_the_agent_goes_to_the_next_agent_in_the_same_run() {
     // L64 (review D #8): the agent crashed with the line in the gateway's outbox; the
     // restarted agent gets it now, not at the gateway's next start.
-    let mut d = link();
-    d.attach_agent();
-    d.take_lines();
-    d.stalled_link = true;
-    let (phone, _) = d.hello("tel-1", Some(0));
+    let (mut d, phone) = stalled_agent(link(), Some(0));
     d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
     assert_eq!(only(&d.take(phone), "received").len(), 1);
     d.agent_gone();
@@ -330,11 +340,7 @@ fn a_message_whose_line_died_with_the_agent_goes_to_the_next_agent_in_the_same_r
 fn what_an_ended_agent_never_had_is_read_back_bounded_and_the_rest_waits_for_the_next_start() {
     // L64 (review E #2): the read-back holds what the link keeps for an absent agent; the
     // rest stays owed, never given up.
-    let mut d = link();
-    d.attach_agent();
-    d.take_lines();
-    d.stalled_link = true;
-    let (phone, _) = d.hello("tel-1", Some(0));
+    let (mut d, phone) = stalled_agent(link(), Some(0));
     for i in 0..300 {
         d.send(phone, json!({"t":"text","id":format!("m{i}"),"text":"x"}));
     }
@@ -356,20 +362,52 @@ fn what_an_ended_agent_never_had_is_read_back_bounded_and_the_rest_waits_for_the
 fn a_message_let_through_by_a_failed_commit_is_owed_again() {
     // L64 (review E #5): the failed transaction took its owed row; the message still
     // went to the agent, whose line then died unwritten. It must reach the next agent.
-    let mut d = link();
-    d.attach_agent();
-    d.take_lines();
-    d.stalled_link = true;
-    let (phone, _) = d.hello("tel-1", Some(0));
+    let (mut d, phone) = stalled_agent(link(), Some(0));
     d.auto_commit = false;
     d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
     let lost = d.journal.crash().expect("the message waited for a commit");
+    d.wiring.handle_journal_failed(d.now, lost);
+    d.step();
+    // Review F #3: a full disk fails the next commit too; the rows are written again.
+    let lost = d.journal.crash().expect("the owed row waits for a commit again");
     d.wiring.handle_journal_failed(d.now, lost);
     d.auto_commit = true;
     d.step();
     d.agent_gone();
     d.stalled_link = false;
     d.attach_agent();
+    assert_eq!(messages(&d.take_lines()), [("m1".to_owned(), true)]);
+}
+
+#[test]
+fn without_a_journal_a_message_whose_line_died_is_asked_for_again() {
+    // L41 (review F #1): nothing was owed, so nothing comes back: the phone must hear it.
+    let mut config = config();
+    config.journal = None;
+    let (mut d, phone) = stalled_agent(Driver::new(config, AgentKind::Link), None);
+    d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    d.agent_gone();
+    let told = texts_to(&mut d, phone);
+    assert!(
+        told.contains(&json!(hermes_mobile::agent_link::AGENT_LOST_TEXT)),
+        "{told:?}"
+    );
+}
+
+#[test]
+fn a_replaced_agent_s_unwritten_message_goes_to_the_new_one_and_is_not_asked_for_again() {
+    // L41, L64 (review F #2): the old agent's turns end once its connection has, when the
+    // lines it never had are known.
+    let (mut d, phone) = stalled_agent(link(), Some(0));
+    d.send(phone, json!({"t":"text","id":"m1","text":"deploy"}));
+    d.take(phone);
+    d.stalled_link = false;
+    d.attach_agent_as(hermes_mobile::agent_link::PeerId(2));
+    let told = texts_to(&mut d, phone);
+    assert!(
+        !told.contains(&json!(hermes_mobile::agent_link::AGENT_LOST_TEXT)),
+        "{told:?}"
+    );
     assert_eq!(messages(&d.take_lines()), [("m1".to_owned(), true)]);
 }
 

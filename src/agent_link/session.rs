@@ -113,6 +113,9 @@ pub struct AgentLink {
     /// may end without a word from us), or the message's line never reached it and goes to
     /// the next agent ([`Self::handle_unwritten`]).
     in_flight: HashMap<DeviceId, bool>,
+    /// An agent replaced by a new one, and its turns in flight: they end when its
+    /// connection has (after the server told which of its lines it never had).
+    replaced: Option<(PeerId, HashMap<DeviceId, bool>)>,
     /// Devices told that the agent is away, during this absence.
     told_away: HashSet<DeviceId>,
     online: HashMap<DeviceId, OnlineDevice>,
@@ -134,6 +137,7 @@ impl AgentLink {
             queue: VecDeque::new(),
             queued_bytes: 0,
             in_flight: HashMap::new(),
+            replaced: None,
             told_away: HashSet::new(),
             online: HashMap::new(),
             outputs: VecDeque::new(),
@@ -183,24 +187,33 @@ impl AgentLink {
     /// unwritten message is its latest.
     pub fn handle_unwritten(&mut self, keys: &[EventKey]) {
         for key in keys.iter().filter(|k| k.key.starts_with("m:")) {
-            if let Some(nothing_to_resend) = self.in_flight.get_mut(&key.device) {
-                *nothing_to_resend = true;
+            let replaced = self.replaced.as_mut().map(|(_, turns)| turns);
+            for turns in std::iter::once(&mut self.in_flight).chain(replaced) {
+                if let Some(nothing_to_resend) = turns.get_mut(&key.device) {
+                    *nothing_to_resend = true;
+                }
             }
         }
     }
 
     /// A connection ended (by either side). If it was the agent, its turns in flight are
     /// ended for the phones.
-    pub fn handle_peer_closed(&mut self, now: Time, peer: PeerId) {
+    pub fn handle_peer_closed(&mut self, _now: Time, peer: PeerId) {
         self.peers.remove(&peer);
         if self.agent == Some(peer) {
             self.agent = None;
-            self.detached(now);
+            let turns = std::mem::take(&mut self.in_flight);
+            self.end_turns(turns);
+        }
+        if self.replaced.as_ref().is_some_and(|(old, _)| *old == peer) {
+            if let Some((_, turns)) = self.replaced.take() {
+                self.end_turns(turns);
+            }
         }
     }
 
-    fn detached(&mut self, _now: Time) {
-        let mut devices: Vec<(DeviceId, bool)> = self.in_flight.drain().collect();
+    fn end_turns(&mut self, turns: HashMap<DeviceId, bool>) {
+        let mut devices: Vec<(DeviceId, bool)> = turns.into_iter().collect();
         devices.sort();
         for (device, answered) in devices {
             if answered {
@@ -424,7 +437,12 @@ impl AgentLink {
             );
             self.peers.remove(&old);
             self.close(old, "replaced by a new agent");
-            self.detached(now);
+            // Its turns end once its connection has, when the server has said which of its
+            // lines it never had (those go to this agent: L41, L64).
+            if let Some((_, earlier)) = self.replaced.take() {
+                self.end_turns(earlier);
+            }
+            self.replaced = Some((old, std::mem::take(&mut self.in_flight)));
         } else {
             log::info!("agent link: agent {name:?} attached");
         }
@@ -503,9 +521,16 @@ impl AgentLink {
         let device = event.device().clone();
         let is_message = matches!(event, AgentEvent::MessageReceived { .. });
         if self.queue.len() >= self.limits.events || self.queued_bytes + bytes > self.limits.bytes {
-            if matches!(event, AgentEvent::MessageReceived { redelivered: true, .. }) {
-                // Its phone had `received` long ago: it stays owed, for the next start (L64).
-                log::warn!("device {device:?}: the agent is away and its queue is full; a message handed over again waits for the next start");
+            let stays_owed = matches!(
+                event,
+                AgentEvent::MessageReceived { redelivered: true, .. }
+                    | AgentEvent::PromptAnswered { .. }
+                    | AgentEvent::PromptExpired { .. }
+            );
+            if stays_owed {
+                // Its phone had `received` long ago, or saw its card close, and nobody could
+                // send it again: it stays owed, for the next start (L64).
+                log::warn!("device {device:?}: the agent is away and its queue is full; an event it is owed waits for the next start");
                 return;
             }
             log::warn!("device {device:?}: the agent is away and its queue is full; an event was not kept");

@@ -17,7 +17,7 @@ use crate::ids::{ConnId, DeviceId};
 use crate::journal::body::Body;
 use crate::journal::owed::{self, EventKey};
 use crate::journal::seqs::Seqs;
-use crate::journal::{Entry, JournalConfig, Read, Record, Window};
+use crate::journal::{Entry, JournalConfig, Owed, Read, Record, Window};
 use crate::limits::MAX_GATE_BYTES;
 use crate::time::Time;
 use crate::wire::journal::{with_seq, Received};
@@ -50,6 +50,9 @@ pub(super) enum Waiting {
     },
     /// Agent events behind this ticket may go (a message's id is on disk: L58).
     Events,
+    /// Owed rows written again after a failed commit ([`Gateway::owe_again`]): kept until
+    /// a commit has them, written again while commits fail.
+    OwedAgain(Vec<Owed>),
     /// Output held for the agent (`Accepted::Kept`): if its commit fails, the agent is told
     /// `not_kept` and sends it again, so the hold lets it go.
     Promised(Box<Promise>),
@@ -344,7 +347,7 @@ impl Gateway {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
                 }
-                Waiting::Events => {}
+                Waiting::Events | Waiting::OwedAgain(_) => {}
                 Waiting::Promised(_) => {}
             }
         }
@@ -383,6 +386,7 @@ impl Gateway {
                     }
                 }
                 Waiting::Events => {}
+                Waiting::OwedAgain(rows) => self.keep_owed_again(rows),
             }
         }
     }
@@ -435,15 +439,26 @@ impl Gateway {
     /// review E #5).
     fn owe_again(&mut self, ticket: u64) {
         let Some(j) = self.journal.as_ref() else { return };
-        let rows: Vec<_> = j
+        let rows: Vec<Owed> = j
             .gate
             .iter()
             .take_while(|(t, _)| *t <= ticket)
             .filter_map(|(_, event)| owed::owe(event, self.now))
             .collect();
-        for row in rows {
-            self.keep(Record::Owe(row));
+        self.keep_owed_again(rows);
+    }
+
+    /// Writes the rows in the next transaction and keeps them until it commits: a disk
+    /// that fails commit after commit (a full one) gets them again each time (review F #3).
+    /// They are at most what the gate held (32 MiB).
+    fn keep_owed_again(&mut self, rows: Vec<Owed>) {
+        if rows.is_empty() {
+            return;
         }
+        for row in &rows {
+            self.keep(Record::Owe(row.clone()));
+        }
+        self.confirm(Waiting::OwedAgain(rows));
     }
 
     /// Lets the agent have the events whose commit is done, in order.

@@ -10,7 +10,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::{Gateway, Output};
-use crate::agent::{Audio, OutgoingFile};
+use crate::agent::{AgentEvent, Audio, OutgoingFile};
 use crate::auth::Role;
 use crate::ids::DeviceId;
 use crate::journal::body::Body;
@@ -87,6 +87,22 @@ impl Gateway {
             data: file.data.clone(),
         });
         Some(name)
+    }
+
+    /// A message whose voice note or file the server saves now, as it hands it to the agent
+    /// (L42): a `forget` after it sweeps again, since a sweep queued before would run
+    /// before that save (review F #5).
+    pub(super) fn upload_released(&mut self, event: &AgentEvent) {
+        if let AgentEvent::MessageReceived {
+            device, audio, file, ..
+        } = event
+        {
+            let named = audio.as_ref().is_some_and(|a| a.media_name.is_some())
+                || file.as_ref().is_some_and(|f| f.media_name.is_some());
+            if named {
+                self.media.swept.remove(device);
+            }
+        }
     }
 
     /// At start-up, before any input: the names of the files the media store holds.

@@ -369,7 +369,9 @@ impl Gateway {
     }
 
     pub fn poll_event(&mut self) -> Option<AgentEvent> {
-        self.events.pop_front()
+        let event = self.events.pop_front()?;
+        self.upload_released(&event);
+        Some(event)
     }
 
     /// When `handle_timeout` should next be called.

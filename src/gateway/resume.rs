@@ -219,11 +219,20 @@ impl Gateway {
     /// journal as a restart would (L64, review D #8), as many as the link's queue for an
     /// absent agent holds; the rest stay owed for the next start. Without a journal none
     /// was owed.
-    pub fn handle_agent_unwritten(&mut self, mut keys: Vec<EventKey>) {
+    /// `read_back` false while the gateway stops: they wait for the next start. Whether they
+    /// stay owed: without a journal nothing was owed, and they are lost with the agent
+    /// (L41: its phones are asked to send them again).
+    pub fn handle_agent_unwritten(&mut self, mut keys: Vec<EventKey>, read_back: bool) -> bool {
+        if !self.journal_on() {
+            return false;
+        }
+        if !read_back {
+            return true;
+        }
         // A key owed again has two lines; its row goes once.
         keys.sort_unstable();
         keys.dedup();
-        if !keys.is_empty() && self.journal_on() {
+        if !keys.is_empty() {
             let asked = keys.len();
             let read = Read::Owed {
                 keys,
@@ -232,6 +241,7 @@ impl Gateway {
             };
             self.read(read, PendingRead::Owed { asked });
         }
+        true
     }
 
     /// The first page, once every seq the device was given is reserved on disk: the

@@ -65,8 +65,8 @@ impl Server {
             self.wiring.handle_link_written(keys);
         }
         let unwritten = self.link_transports.take_unwritten();
-        if !unwritten.is_empty() && !self.shutting_down {
-            self.wiring.handle_link_unwritten(unwritten);
+        if !unwritten.is_empty() {
+            self.wiring.handle_link_unwritten(unwritten, self.shutting_down);
         }
     }
 

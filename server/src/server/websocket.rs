@@ -202,8 +202,8 @@ impl Server {
         let in_core = conn.leave_core();
         let agent_peer = conn.agent_peer();
         // Lines still queued died with the connection: their events go to the next agent.
-        if let Some(unwritten) = self.agent_ws_owed.remove(&key).filter(|_| !self.shutting_down) {
-            self.wiring.handle_link_unwritten(unwritten);
+        if let Some(unwritten) = self.agent_ws_owed.remove(&key) {
+            self.wiring.handle_link_unwritten(unwritten, self.shutting_down);
         }
         let t = self.time(Instant::now());
         if in_core {

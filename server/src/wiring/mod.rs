@@ -306,10 +306,12 @@ impl Wiring {
     }
 
     /// Lines that carried owed events died with their peer, unwritten: the events go to the
-    /// next agent (L64).
-    pub fn handle_link_unwritten(&mut self, keys: Vec<EventKey>) {
-        self.agent.handle_link_unwritten(&keys);
-        self.core.handle_agent_unwritten(keys);
+    /// next agent (L64), or, while the gateway stops, to the next start's.
+    pub fn handle_link_unwritten(&mut self, keys: Vec<EventKey>, stopping: bool) {
+        // Only what stays owed spares a phone the "send that again" (L41).
+        if self.core.handle_agent_unwritten(keys.clone(), !stopping) {
+            self.agent.handle_link_unwritten(&keys);
+        }
     }
 
     /// Everything up to `ticket` is on disk.

@@ -15,6 +15,7 @@ use hermes_mobile::agent_link::{AgentLink, PeerId, QueueLimits};
 use hermes_mobile::journal::memory::MemoryJournal;
 use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::JournalConfig;
+use hermes_mobile::push::AllowList;
 use hermes_mobile::upstream::{Endpoint, ResponseHead};
 use hermes_mobile::{Config, ConnId, Gateway, Peer, Time};
 use hermes_mobile_server::agent::demo::DemoAgent;
@@ -23,6 +24,7 @@ pub use hermes_mobile_server::agent::io::CallId;
 use hermes_mobile_server::agent::io::{CallEvent, LoadError, PeerInput};
 use hermes_mobile_server::agent::link::LinkAgent;
 use hermes_mobile_server::agent::Agent;
+use hermes_mobile_server::push::{ContentMode, Push, PushSettings};
 use hermes_mobile_server::wiring::{Wiring, WiringIo};
 use serde_json::{json, Value};
 
@@ -70,6 +72,13 @@ pub struct Driver {
     stalled: Vec<EventKey>,
     /// The HTTP agent's calls the backend has not answered yet: their id and request.
     pub calls: Vec<(CallId, String)>,
+    /// Web Push as the server has it ([`Driver::with_push`]): its settings and its
+    /// directory (the VAPID key), to start it again after a restart.
+    push: Option<(PushSettings, PathBuf)>,
+    /// The push service's POSTs not answered yet: their id and when they were made.
+    pub push_calls: Vec<(CallId, Time)>,
+    /// The subscriptions as push last asked to keep them (the file worker's job).
+    kept_subscriptions: Option<Vec<u8>>,
 }
 
 /// A core configured as the server configures it with the journal on.
@@ -136,7 +145,38 @@ impl Driver {
             stalled_link: false,
             stalled: Vec::new(),
             calls: Vec::new(),
+            push: None,
+            push_calls: Vec::new(),
+            kept_subscriptions: None,
         }
+    }
+
+    /// A gateway with Web Push as the server has it (issue 18): a VAPID key of its own, the
+    /// push service at `127.0.0.1:8443` allowed. Its POSTs wait in `push_calls` for
+    /// [`Driver::answer_push`].
+    pub fn with_push(mut config: Config, agent: AgentKind) -> Driver {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("hm-driver-push-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory for the VAPID key");
+        let settings = PushSettings {
+            web_push: true,
+            subject: "mailto:owner@example.org".into(),
+            subject_defaulted: false,
+            hosts: AllowList::new(["127.0.0.1:8443"]).expect("a valid allow-list"),
+            ca_file: None,
+            content: ContentMode::Preview,
+            ntfy: None,
+            ntfy_token: None,
+            public_url: None,
+        };
+        let push = start_push(&settings, &dir);
+        config.push = Some(push.core_config());
+        let mut d = Driver::new(config, agent);
+        let core = Gateway::new(d.config.clone());
+        d.wiring = Wiring::new(core, agent_of(agent, &d.config, 0), Some(push), true);
+        d.push = Some((settings, dir));
+        d
     }
 
     pub fn demo() -> Driver {
@@ -195,7 +235,14 @@ impl Driver {
                     .push(serde_json::from_str(&line).expect("the link writes JSON lines"));
                 self.wiring.handle_link_written(owed.into_iter().collect());
             }
-            WiringIo::LinkClose { peer, .. } => self.wiring.handle_peer(now, PeerInput::Closed { peer }),
+            WiringIo::LinkClose { peer, .. } => {
+                // As the server does: the lines its outbox still held first, then the end.
+                if peer == AGENT {
+                    let unwritten = std::mem::take(&mut self.stalled);
+                    self.wiring.handle_link_unwritten(unwritten, false);
+                }
+                self.wiring.handle_peer(now, PeerInput::Closed { peer });
+            }
             WiringIo::SaveFile { ticket, event } => {
                 self.saved += 1;
                 let path = format!("/state/media/{ticket}").into();
@@ -218,8 +265,9 @@ impl Driver {
             }
             WiringIo::Call { id, request } => self.calls.push((id, String::from_utf8_lossy(&request).into())),
             WiringIo::Cancel(id) => self.calls.retain(|(c, _)| *c != id),
-            WiringIo::PushCall { .. } => panic!("no push in memory"),
-            WiringIo::Persist { .. } | WiringIo::PersistLatest { .. } => {}
+            WiringIo::PushCall { id, .. } => self.push_calls.push((id, now)),
+            WiringIo::PersistLatest { contents, .. } => self.kept_subscriptions = Some(contents),
+            WiringIo::Persist { .. } => {}
         }
     }
 
@@ -246,8 +294,14 @@ impl Driver {
         self.starts += 1;
         let mut core = Gateway::new(self.config.clone());
         core.restore(self.now, self.journal.snapshot());
+        let push = self.push.as_ref().map(|(settings, dir)| start_push(settings, dir));
+        if let (Some(_), Some(kept)) = (&push, &self.kept_subscriptions) {
+            core.restore_push(std::str::from_utf8(kept).unwrap())
+                .expect("kept subscriptions");
+        }
         let agent = agent_of(self.agent, &self.config, self.starts);
-        self.wiring = Wiring::new(core, agent, None, true);
+        self.wiring = Wiring::new(core, agent, push, true);
+        self.push_calls.clear();
         self.open.clear();
         self.sent.clear();
         self.closed.clear();
@@ -327,20 +381,31 @@ impl Driver {
 
     /// An agent connects to the link and says hello.
     pub fn attach_agent(&mut self) {
+        self.attach_agent_as(AGENT);
+    }
+
+    /// An agent on another connection than [`AGENT`] (it replaces the one attached).
+    pub fn attach_agent_as(&mut self, peer: PeerId) {
         let opened = PeerInput::Opened {
-            peer: AGENT,
+            peer,
             needs_token: false,
             source: Default::default(),
         };
         self.wiring.handle_peer(self.now, opened);
-        self.agent_line(json!({"t":"hello","v":1}));
+        let hello = json!({"t":"hello","v":1}).to_string();
+        let input = PeerInput::Line {
+            peer,
+            line: hello.as_bytes(),
+        };
+        self.wiring.handle_peer(self.now, input);
+        self.step();
     }
 
     /// The agent's process ends with lines still in the gateway's outbox, as the server
     /// reports it: their owed events first, then the peer's end.
     pub fn agent_gone(&mut self) {
         let unwritten = std::mem::take(&mut self.stalled);
-        self.wiring.handle_link_unwritten(unwritten);
+        self.wiring.handle_link_unwritten(unwritten, false);
         self.wiring.handle_peer(self.now, PeerInput::Closed { peer: AGENT });
         self.step();
     }
@@ -373,10 +438,28 @@ impl Driver {
         }
     }
 
+    /// The push service answers the POST `id` with `status` and these headers.
+    pub fn answer_push(&mut self, id: CallId, status: u16, headers: &[(&str, &str)]) {
+        self.push_calls.retain(|(c, _)| *c != id);
+        let head = ResponseHead {
+            status,
+            reason: String::new(),
+            headers: headers.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        };
+        for event in [CallEvent::Head(head), CallEvent::End] {
+            self.wiring.handle_call(self.now, id, event);
+            self.step();
+        }
+    }
+
     /// The lines the link wrote since the last take.
     pub fn take_lines(&mut self) -> Vec<Value> {
         std::mem::take(&mut self.lines)
     }
+}
+
+fn start_push(settings: &PushSettings, dir: &std::path::Path) -> Push {
+    Push::start(settings.clone(), dir).expect("push starts").0
 }
 
 /// The frames of type `t`, in order.
