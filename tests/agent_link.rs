@@ -361,6 +361,21 @@ fn a_message_handed_over_again_is_never_given_up_by_a_full_queue() {
     assert!(handed.is_empty(), "given up: {handed:?}");
     assert!(!notices.contains(&format!("tel-1:{QUEUE_FULL_TEXT}")), "{notices:?}");
     assert_eq!(link.queued().0, 1);
+    // A card's answer too: its phone saw the card close, and no one can send it again.
+    let answer = AgentEvent::PromptAnswered {
+        device: DeviceId("tel-1".into()),
+        prompt: PromptId("p1".into()),
+        kind: hermes_mobile::PromptKind::ExecApproval,
+        option_id: "deny".into(),
+        label: None,
+        text: None,
+        asked: "rm -rf /tmp/x".into(),
+    };
+    link.handle_event(Time::ZERO, answer, None);
+    assert!(
+        std::iter::from_fn(|| link.poll_output()).all(|out| !matches!(out, LinkOutput::Handed(_))),
+        "a card's answer given up"
+    );
 }
 
 #[test]

@@ -530,7 +530,7 @@ impl AgentLink {
             if stays_owed {
                 // Its phone had `received` long ago, or saw its card close, and nobody could
                 // send it again: it stays owed, for the next start (L64).
-                log::warn!("device {device:?}: the agent is away and its queue is full; an event it is owed waits for the next start");
+                log::warn!("device {device:?}: the agent is away and its queue is full; an event it is owed waits for the next start (if a journal keeps it)");
                 return;
             }
             log::warn!("device {device:?}: the agent is away and its queue is full; an event was not kept");

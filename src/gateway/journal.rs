@@ -50,9 +50,6 @@ pub(super) enum Waiting {
     },
     /// Agent events behind this ticket may go (a message's id is on disk: L58).
     Events,
-    /// Owed rows written again after a failed commit ([`Gateway::owe_again`]): kept until
-    /// a commit has them, written again while commits fail.
-    OwedAgain(Vec<Owed>),
     /// Output held for the agent (`Accepted::Kept`): if its commit fails, the agent is told
     /// `not_kept` and sends it again, so the hold lets it go.
     Promised(Box<Promise>),
@@ -347,7 +344,7 @@ impl Gateway {
                     let frame = encode("forgotten", &crate::wire::journal::Forgotten { id: id.into() });
                     self.send_if_open(conn, frame);
                 }
-                Waiting::Events | Waiting::OwedAgain(_) => {}
+                Waiting::Events => {}
                 Waiting::Promised(_) => {}
             }
         }
@@ -386,7 +383,6 @@ impl Gateway {
                     }
                 }
                 Waiting::Events => {}
-                Waiting::OwedAgain(rows) => self.keep_owed_again(rows),
             }
         }
     }
@@ -437,6 +433,12 @@ impl Gateway {
     /// their rows went with the failed one, and one whose line then dies unwritten could
     /// not be read back for the next agent, nor handed over again after a restart (L64,
     /// review E #5).
+    ///
+    /// Once: if that transaction fails too, they are not kept again. Keeping them for a
+    /// third try would hold them, and write them again and again, for as long as the disk
+    /// fails (review G #1), and could owe again an event the agent has had since, whose
+    /// hand-over mark went with the failed transaction (review G #2). The agent has them
+    /// either way; only a restart before it does would lose them.
     fn owe_again(&mut self, ticket: u64) {
         let Some(j) = self.journal.as_ref() else { return };
         let rows: Vec<Owed> = j
@@ -445,20 +447,9 @@ impl Gateway {
             .take_while(|(t, _)| *t <= ticket)
             .filter_map(|(_, event)| owed::owe(event, self.now))
             .collect();
-        self.keep_owed_again(rows);
-    }
-
-    /// Writes the rows in the next transaction and keeps them until it commits: a disk
-    /// that fails commit after commit (a full one) gets them again each time (review F #3).
-    /// They are at most what the gate held (32 MiB).
-    fn keep_owed_again(&mut self, rows: Vec<Owed>) {
-        if rows.is_empty() {
-            return;
+        for row in rows {
+            self.keep(Record::Owe(row));
         }
-        for row in &rows {
-            self.keep(Record::Owe(row.clone()));
-        }
-        self.confirm(Waiting::OwedAgain(rows));
     }
 
     /// Lets the agent have the events whose commit is done, in order.
