@@ -300,21 +300,31 @@ fn held_output_the_journal_could_not_keep_is_not_sent_as_well() {
     assert_eq!(n, 1, "{frames:?}");
 }
 
+/// tel-1 subscribed and locked its phone; commits wait for `commit()`.
+fn gone_with_commits_held() -> Harness {
+    let mut h = harness();
+    subscribed_and_gone(&mut h, "tel-1");
+    h.auto_commit = false;
+    h.commit();
+    h
+}
+
+/// A version of tel-1's reply r1.
+fn version(text: &str, done: bool) -> AgentCommand {
+    AgentCommand::Reply {
+        device: DeviceId::from("tel-1"),
+        message: MessageId::from("r1"),
+        text: text.into(),
+        done,
+    }
+}
+
 #[test]
 fn a_later_version_kept_after_an_earlier_one_failed_stays_held() {
     // Review D #5: version 1's transaction is rolled back, the final version is applied
     // in the next one, which commits; the failure heard after it must not take the final
     // version out of the hold (L45, issue 24 §4).
-    let mut h = harness();
-    subscribed_and_gone(&mut h, "tel-1");
-    h.auto_commit = false;
-    h.commit();
-    let version = |text: &str, done: bool| AgentCommand::Reply {
-        device: DeviceId::from("tel-1"),
-        message: MessageId::from("r1"),
-        text: text.into(),
-        done,
-    };
+    let mut h = gone_with_commits_held();
     h.agent(version("v1", false));
     let lost = h
         .journal
@@ -336,16 +346,7 @@ fn a_failed_version_leaves_a_later_final_version_sent_live_finished() {
     // Review E #4: version 1 was held and its commit failed; the phone came back and got
     // the final version live before the failure was heard. Undoing version 1 must not let
     // the agent's re-sent version 1 replace the final reply (M2).
-    let mut h = harness();
-    subscribed_and_gone(&mut h, "tel-1");
-    h.auto_commit = false;
-    h.commit();
-    let version = |text: &str, done: bool| AgentCommand::Reply {
-        device: DeviceId::from("tel-1"),
-        message: MessageId::from("r1"),
-        text: text.into(),
-        done,
-    };
+    let mut h = gone_with_commits_held();
     h.agent(version("v1", false));
     let lost = h
         .journal
