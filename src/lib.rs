@@ -54,7 +54,7 @@ pub mod journal;
 pub mod limits;
 pub mod media;
 pub mod mime;
-mod prompts;
+pub mod prompts;
 pub mod push;
 mod reassembly;
 mod text;
@@ -66,6 +66,6 @@ pub mod wire;
 
 pub use agent::{Accepted, AgentCommand, AgentEvent, CommandError, OutgoingFile, PromptKind, PromptRequest, UserInfo};
 pub use config::Config;
-pub use gateway::{Gateway, Output, Peer, Stats};
+pub use gateway::{CardAnswered, Gateway, Output, Peer, Stats};
 pub use ids::{ConnId, DeviceId, MessageId, PromptId};
 pub use time::Time;

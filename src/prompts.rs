@@ -1,7 +1,7 @@
 //! Cards: the open ones, how an answer is read, and the recently resolved ones (P1–P6).
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use crate::agent::{PromptKind, PromptRequest};
@@ -32,6 +32,9 @@ pub struct Card {
     pub expires_at: Time,
     /// The journal seq of its opening (issue 24; 0 without a journal).
     pub journal_seq: u64,
+    /// A notification told its device of it (issue 25): its closing is pushed too, to
+    /// replace that notification.
+    pub notified: bool,
     /// Opening order, so a reconnecting device sees its cards in the order they were asked.
     seq: u64,
 }
@@ -147,6 +150,7 @@ impl Card {
             options,
             expires_at,
             journal_seq: 0,
+            notified: false,
             seq: 0,
         })
     }
@@ -188,6 +192,7 @@ impl Card {
             options,
             expires_at,
             journal_seq,
+            notified: body.notified,
             seq: 0,
         })
     }
@@ -214,12 +219,41 @@ impl Card {
             description: self.description.clone(),
             session: Some(self.device.session()),
             hidden_chars: self.hidden_chars(),
+            notified: self.notified,
             closed: closed.map(|c| ClosedBody {
                 option_id: c.option_id.clone(),
                 expired: c.expired,
             }),
             ..Body::default()
         }
+    }
+
+    /// A digest of everything the person reads on the card (issue 25): a notification's
+    /// token is bound to it, so a token can never answer a card that shows something else,
+    /// even one reopened under the same id.
+    pub fn answer_digest(&self) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        // Each field with its length, and an absent one apart from an empty one.
+        fn field(h: &mut Sha256, s: Option<&str>) {
+            match s {
+                Some(s) => {
+                    h.update([1]);
+                    h.update((s.len() as u64).to_be_bytes());
+                    h.update(s.as_bytes());
+                }
+                None => h.update([0]),
+            }
+        }
+        let mut h = Sha256::new();
+        field(&mut h, Some(self.kind.as_str()));
+        field(&mut h, Some(&self.text));
+        field(&mut h, self.command.as_deref());
+        field(&mut h, self.description.as_deref());
+        for o in &self.options {
+            field(&mut h, Some(&o.id));
+            field(&mut h, Some(&o.label));
+        }
+        h.finalize().into()
     }
 
     /// What it asks: an `exec_approval`'s command, else its text (`AgentEvent`'s `asked`).
@@ -306,11 +340,16 @@ impl Card {
     }
 }
 
+/// Cards closed while their device was away that it has not heard of, in all (L65).
+const MAX_UNSEEN: usize = 1024;
+
 /// All cards, open and recently closed.
 #[derive(Debug)]
 pub struct Prompts {
     open: HashMap<PromptId, Card>,
     closed: Dedup<Closed>,
+    /// Cards closed while their device had no connection, oldest first (L65).
+    unseen: VecDeque<(DeviceId, PromptId)>,
     next_seq: u64,
 }
 
@@ -319,6 +358,7 @@ impl Prompts {
         Prompts {
             open: HashMap::new(),
             closed: Dedup::new(window, DEDUP_CAPACITY, DEDUP_TOTAL_CAPACITY),
+            unseen: VecDeque::new(),
             next_seq: 0,
         }
     }
@@ -348,6 +388,32 @@ impl Prompts {
     /// How a card of this device was closed, within the window.
     pub fn closed(&self, now: Time, device: &DeviceId, id: &str) -> Option<&Closed> {
         self.closed.get(now, device, id)
+    }
+
+    /// A card closed while its device had no connection: it hears how after its next
+    /// `ready` (L65). The oldest goes past [`MAX_UNSEEN`].
+    pub fn note_unseen(&mut self, device: &DeviceId, id: &PromptId) {
+        if self.unseen.len() >= MAX_UNSEEN {
+            self.unseen.pop_front();
+        }
+        self.unseen.push_back((device.clone(), id.clone()));
+    }
+
+    /// The `prompt_done` of each card of `device` closed while it was away, while P4's
+    /// window still remembers how; taken once.
+    pub fn take_unseen(&mut self, now: Time, device: &DeviceId) -> Vec<String> {
+        let mut frames = Vec::new();
+        let closed = &self.closed;
+        self.unseen.retain(|(d, id)| {
+            if d != device {
+                return true;
+            }
+            if let Some(c) = closed.get(now, d, id.as_str()) {
+                frames.push(c.frame(id.as_str()));
+            }
+            false
+        });
+        frames
     }
 
     /// The open cards of a device, oldest first.

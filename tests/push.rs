@@ -64,7 +64,7 @@ fn ready_names_the_vapid_key_only_when_push_is_on() {
     let (_, frames) = h.connect_frames("tel-1");
     assert_eq!(
         frames[0]["capabilities"]["push"],
-        json!({"webpush":{"vapid_public_key":VAPID}})
+        json!({"webpush":{"vapid_public_key":VAPID},"actions":"safe"})
     );
     let mut off = Harness::new();
     let (phone, frames) = off.connect_frames("tel-1");

@@ -25,6 +25,8 @@ pub enum Route {
     Health,
     /// `GET /files/…`: a kept file, for its own device's token (L63).
     File(FileRequest),
+    /// `POST /card-answer` (issue 25): its body follows the head.
+    CardAnswer(CardAnswerRequest),
     /// `GET` or `HEAD` of any other path: the web client's files, or 404 (issue 10).
     Asset(crate::web::AssetRequest),
     /// Anything else: a complete response to send before closing.
@@ -51,6 +53,33 @@ impl std::fmt::Debug for FileRequest {
             .field("client", &self.client)
             .finish()
     }
+}
+
+/// A request of the `/card-answer` route: what its head says of its body and its origin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardAnswerRequest {
+    /// `Content-Length`: `Err` for one that is not a number, or two that differ.
+    pub length: Result<Option<usize>, ()>,
+    /// A `Transfer-Encoding`: the route takes a length only.
+    pub encoded: bool,
+    pub origin: Option<String>,
+    pub host: Option<String>,
+}
+
+fn content_length(headers: &[httparse::Header<'_>]) -> Result<Option<usize>, ()> {
+    let mut length = None;
+    for h in headers.iter().filter(|h| h.name.eq_ignore_ascii_case("content-length")) {
+        let v = std::str::from_utf8(h.value).map_err(|_| ())?.trim();
+        if v.is_empty() || v.len() > 12 || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(());
+        }
+        let n: usize = v.parse().map_err(|_| ())?;
+        if length.is_some_and(|l| l != n) {
+            return Err(());
+        }
+        length = Some(n);
+    }
+    Ok(length)
 }
 
 /// The token of an `Authorization: Bearer <token>` header (the scheme in any case, RFC 9110
@@ -172,6 +201,15 @@ pub fn parse(buf: &[u8]) -> Head {
             client: client_address(req.headers),
         }),
         (_, p) if p.starts_with(hermes_mobile::media::ROUTE) => not_allowed("GET"),
+        ("POST", "/card-answer") => Route::CardAnswer(CardAnswerRequest {
+            length: content_length(req.headers),
+            encoded: header(req.headers, "transfer-encoding").is_some(),
+            origin: header(req.headers, "origin")
+                .and_then(|v| std::str::from_utf8(v).ok())
+                .map(str::to_owned),
+            host: header(req.headers, "host").and_then(crate::web::clean_host),
+        }),
+        (_, "/card-answer") => not_allowed("POST"),
         ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
             path: path.clone(),
             head_only: method == "HEAD",
@@ -392,6 +430,38 @@ mod tests {
         };
         assert_eq!(file.token, None, "only a bearer token");
         assert!(status(&route("HEAD /files/x HTTP/1.1\r\n\r\n")).starts_with("HTTP/1.1 405"));
+    }
+
+    #[test]
+    fn a_card_answer_says_its_length_and_origin() {
+        let r = route("POST /card-answer HTTP/1.1\r\nHost: pi.example\r\nOrigin: https://pi.example\r\nContent-Length: 12\r\n\r\n");
+        let Route::CardAnswer(req) = r else { panic!("{r:?}") };
+        assert_eq!(req.length, Ok(Some(12)));
+        assert_eq!(
+            (req.origin.as_deref(), req.host.as_deref()),
+            (Some("https://pi.example"), Some("pi.example"))
+        );
+        for bad in [
+            "Content-Length: -1",
+            "Content-Length: 1x",
+            "Content-Length: 3\r\nContent-Length: 4",
+        ] {
+            let r = route(&format!("POST /card-answer HTTP/1.1\r\n{bad}\r\n\r\n"));
+            assert!(
+                matches!(r, Route::CardAnswer(CardAnswerRequest { length: Err(()), .. })),
+                "{bad}"
+            );
+        }
+        let r = route("POST /card-answer HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n");
+        assert!(matches!(
+            r,
+            Route::CardAnswer(CardAnswerRequest {
+                encoded: true,
+                length: Ok(None),
+                ..
+            })
+        ));
+        assert!(status(&route("GET /card-answer HTTP/1.1\r\n\r\n")).contains("405"));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! benches and fuzz targets reach them without a socket. `src/main.rs` is the thin binary.
 
 pub mod agent;
+pub mod card_answer;
 pub mod cli;
 pub mod config;
 pub mod conn;

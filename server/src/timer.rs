@@ -43,6 +43,8 @@ pub enum ConnTimer {
     /// A `/files/` answer (L63) is read and written by now, or the socket is dropped; it
     /// has longer than the hello timeout, since a file takes a slow phone a while.
     FileAnswer,
+    /// A card's answer (issue 25) waits for the journal no longer than this.
+    CardAnswer,
 }
 
 /// Every deadline of the server.

@@ -107,14 +107,12 @@ impl Gateway {
     /// `ready`, with what this gateway offers (push, history) and the device's seq (L56).
     fn ready_frame(&self, device: &DeviceId, name: &str, role: Role) -> String {
         let mut ready = Ready::new(device.as_str(), name, &self.config.avatar_url);
-        ready.capabilities.push = self
-            .config
-            .push
-            .as_ref()
-            .and_then(|p| p.vapid_public_key.clone())
-            .map(|key| PushCapability {
+        ready.capabilities.push = self.config.push.as_ref().and_then(|p| {
+            p.vapid_public_key.clone().map(|key| PushCapability {
                 webpush: WebPushCapability { vapid_public_key: key },
-            });
+                actions: Some(p.actions.to_owned()),
+            })
+        });
         if role == Role::Device {
             ready.seq = self.latest_safe_seq(device);
             ready.capabilities.history =
@@ -157,6 +155,7 @@ impl Gateway {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.resumed = true;
             }
+            self.send_unseen(now, conn, device, true);
             return self.begin_replay(conn, device, after);
         }
         let unsafe_seqs = self.latest_safe_seq(device) != self.latest_seq(device);
@@ -175,6 +174,7 @@ impl Gateway {
         for frame in cards {
             self.send(conn, frame);
         }
+        self.send_unseen(now, conn, device, false);
         match self.conns.get_mut(&conn) {
             Some(c) if unsafe_seqs => c.hold_on_release = true,
             _ => self.flush_hold(conn, device),
@@ -466,6 +466,7 @@ impl Gateway {
             return;
         };
         let seq = self.keep_card_closed(now, &card, &closed);
+        self.card_closed(&card, &closed);
         self.event_after_commit(AgentEvent::PromptAnswered {
             device: device.clone(),
             asked: card.asked(),

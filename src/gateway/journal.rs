@@ -58,6 +58,12 @@ pub(super) enum Waiting {
     /// failed one too, since it was done in memory. Frames behind it wait too, so that they
     /// leave in seq order: a client never keeps a seq above one it has not got.
     Release(ConnId),
+    /// A card answered from a notification (issue 25): the button hears how once it is
+    /// kept.
+    CardAnswer {
+        request: u64,
+        option_id: String,
+    },
 }
 
 /// A resume's replay, read a page at a time.
@@ -346,6 +352,7 @@ impl Gateway {
                 }
                 Waiting::Events => {}
                 Waiting::Promised(_) => {}
+                Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, true),
             }
         }
     }
@@ -383,6 +390,7 @@ impl Gateway {
                     }
                 }
                 Waiting::Events => {}
+                Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, false),
             }
         }
     }

@@ -185,6 +185,8 @@ impl Gateway {
     /// A body on its way to a client: its stored name becomes `url` while the store still
     /// has the file, and is never shown.
     pub(super) fn show_file(&self, device: &DeviceId, body: &mut Body) {
+        // Nor whether a card was notified: the server's own bookkeeping (L66).
+        body.notified = false;
         let key = body.stored.take();
         let key = key.as_deref().and_then(media::key_of_name);
         body.url = key

@@ -6,6 +6,7 @@
 //! `poll_timeout` and call `handle_timeout`. `handle_timeout` may be called early or twice:
 //! it only acts on what is really due.
 
+mod card_answer;
 mod deliver;
 mod device;
 mod inbound;
@@ -32,6 +33,7 @@ use crate::uploads::Uploads;
 use crate::wire::server::{encode, ErrorFrame};
 use crate::wire::Rejection;
 
+pub use card_answer::CardAnswered;
 pub(crate) use device::AvatarState;
 use device::Device;
 use device::MAX_STREAMS_PER_DEVICE;
@@ -86,6 +88,9 @@ pub enum Output {
     /// key begins with the device's digest ([`crate::media::key_is_for`]), after the saves
     /// asked for before it (in order with [`Output::SaveMedia`] and the saves of uploads).
     DeleteMedia { device: DeviceId },
+    /// How [`Gateway::handle_card_answer`]'s `request` went: the answer to send the
+    /// notification's button (issue 25).
+    CardAnswered { request: u64, outcome: CardAnswered },
 }
 
 /// Counters for health checks, tests and memory accounting.

@@ -18,7 +18,7 @@ use crate::limits::{
 };
 use crate::mime::guess_mime;
 use crate::prompts::{Card, Closed};
-use crate::push::{preview, NotifyEvent};
+use crate::push::{preview, CardFacts, NotifyEvent};
 use crate::text::{cut_filename, truncate_chars};
 use crate::time::Time;
 use crate::wire::server::{encode, Avatar, ChunkInfo, Media, Message, Payload, Typing};
@@ -133,8 +133,7 @@ impl Gateway {
         let card =
             Card::new(prompt.clone(), device.clone(), request, now + ttl).map_err(CommandError::InvalidPrompt)?;
         let frame = card.frame(now);
-        let hidden = card.hidden_chars();
-        if hidden {
+        if card.hidden_chars() {
             // L49: the log shows what will run, escaped (L29).
             log::warn!(
                 "card {:?} for {device:?} holds hidden characters: text {:?}, command {:?}, description {:?}",
@@ -144,22 +143,17 @@ impl Gateway {
                 card.description
             );
         }
-        // (a): what the notification shows of it: the command, or the question; a
-        // card's hidden characters shown as ⟨U+202E⟩ behind a warning (L49), so a
-        // lock screen cannot show one command for another either. (Replies keep
-        // theirs: an emoji's joiner is no threat there.)
-        let shown = preview(card.command.as_deref().unwrap_or(&card.text));
+        let mut card = card;
+        // (a): an offline device is notified; its notification is replaced when the card
+        // closes (L66).
+        card.notified = self.online_conn(&device).is_none() && self.can_notify(&device);
         let notice = NotifyEvent::Card {
             prompt: card.id.clone(),
             kind: card.kind,
-            text: if hidden {
-                format!("\u{26A0} hidden characters: {}", crate::hidden::reveal(&shown))
-            } else {
-                shown
-            },
+            text: super::card_answer::notice_text(&card),
             ttl: card.expires_at.since(now),
+            facts: CardFacts::of(&card),
         };
-        let mut card = card;
         let seq = self.keep_card_open(now, &mut card);
         self.prompts.insert(card);
         self.arm_prompts();
@@ -370,6 +364,7 @@ impl Gateway {
         if let Some(conn) = self.online_conn(&card.device) {
             self.send(conn, stamp(vec![frame], seq).remove(0));
         }
+        self.card_closed(&card, &closed);
         self.event_after_commit(AgentEvent::PromptExpired {
             asked: card.asked(),
             device: card.device,

@@ -537,6 +537,8 @@ fn media_without_data(body: &Body) -> String {
 
 /// A closed card's `prompt` frame as kept: no time left.
 fn card_frame_json(body: &Body) -> String {
+    let mut body = body.clone();
+    body.notified = false; // the server's own bookkeeping (L66)
     let mut json = body.to_json();
     json.pop();
     json.push_str(r#","timeout_seconds":0}"#);

@@ -52,6 +52,9 @@ pub struct Body {
     pub session: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hidden_chars: bool,
+    /// A card a notification told its device of (issue 25); never shown to a client.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub notified: bool,
     /// A card that closed: how (L59).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub closed: Option<ClosedBody>,

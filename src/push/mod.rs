@@ -13,6 +13,7 @@ pub use registry::{Registry, Subscription, MAX_APP_URL_CHARS, MAX_DEVICES, MAX_P
 
 use crate::agent::PromptKind;
 use crate::ids::{ConnId, DeviceId, MessageId, PromptId};
+use crate::time::Time;
 
 /// How long output waits for a device that can be notified (issue 18: "for example 24 h"),
 /// in place of M4's 10 minutes; still within the held-output budget (L32, L36).
@@ -40,6 +41,9 @@ pub struct PushConfig {
     pub ntfy: bool,
     pub hold: Duration,
     pub point_check: PointCheck,
+    /// `MOBILE_NOTIFY_ACTIONS` (issue 25), as `ready` tells the page: `safe`, `all` or
+    /// `off`.
+    pub actions: &'static str,
 }
 
 impl PushConfig {
@@ -50,6 +54,7 @@ impl PushConfig {
             ntfy: false,
             hold: PUSH_HOLD,
             point_check: uncompressed_form,
+            actions: "safe",
         }
     }
 }
@@ -70,6 +75,21 @@ pub enum NotifyEvent {
         text: String,
         /// The time the card has left: the push's TTL may not outlive it.
         ttl: Duration,
+        /// What a button on the notification needs of it (issue 25).
+        facts: CardFacts,
+    },
+    /// A card whose notification went out closed (issue 25): the push replaces that
+    /// notification with how. Sent whether the device is connected or not.
+    CardClosed {
+        prompt: PromptId,
+        kind: PromptKind,
+        /// As the card's own notification said it.
+        text: String,
+        /// The option applied (a card that expired: its safe default, if any).
+        option_id: Option<String>,
+        /// That option's label on the card.
+        label: Option<String>,
+        expired: bool,
     },
     /// The agent's final reply (the start of its text).
     Reply { message: MessageId, text: String },
@@ -77,6 +97,28 @@ pub enum NotifyEvent {
     Deliver { text: String },
     /// `push_test` from `conn`: answer it with `Gateway::handle_push_test_result`.
     Test { conn: ConnId, id: String },
+}
+
+/// What a notification's buttons need of a card (issue 25): its options, and what a
+/// token is bound to besides the device, the card's id and the option.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CardFacts {
+    /// `(id, label)` of each option, in the card's order.
+    pub options: Vec<(String, String)>,
+    /// When it expires.
+    pub expires_at: Time,
+    /// [`crate::prompts::Card::answer_digest`]: what the person reads on it.
+    pub digest: [u8; 32],
+}
+
+impl CardFacts {
+    pub fn of(card: &crate::prompts::Card) -> CardFacts {
+        CardFacts {
+            options: card.options.iter().map(|o| (o.id.clone(), o.label.clone())).collect(),
+            expires_at: card.expires_at,
+            digest: card.answer_digest(),
+        }
+    }
 }
 
 /// The start of `text`, at most `MAX_PREVIEW_CHARS` characters.

@@ -65,6 +65,10 @@ pub struct HistoryCapability {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PushCapability {
     pub webpush: WebPushCapability,
+    /// Which buttons a card's notification has (issue 25, `MOBILE_NOTIFY_ACTIONS`):
+    /// `safe` (only the refusing option), `all` (up to two) or `off`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub actions: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

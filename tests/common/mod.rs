@@ -38,6 +38,8 @@ pub struct Harness {
     pub unread: Vec<ConnId>,
     /// How many sweeps of a device's files (`forget`) the server was asked for.
     pub sweeps: usize,
+    /// How each notification answer went (issue 25), by request.
+    pub card_answers: Vec<(u64, hermes_mobile::CardAnswered)>,
     /// Connections sent frames since the last pump's drain.
     got_frames: Vec<ConnId>,
 }
@@ -64,6 +66,7 @@ impl Harness {
             media: HashMap::new(),
             held_media: None,
             sweeps: 0,
+            card_answers: Vec::new(),
             unread: Vec::new(),
             got_frames: Vec::new(),
         }
@@ -215,6 +218,7 @@ impl Harness {
                     self.gw.handle_journal_read(self.now, token, Ok(result));
                 }
                 Output::SaveMedia { name, data } => self.save_media(name, data),
+                Output::CardAnswered { request, outcome } => self.card_answers.push((request, outcome)),
                 Output::DeleteMedia { device } => {
                     self.sweeps += 1;
                     self.media.retain(|name, _| {
@@ -301,6 +305,12 @@ impl Harness {
         let outcome = self.gw.handle_agent(self.now, cmd);
         self.pump();
         outcome
+    }
+
+    /// A notification's button answered a card (issue 25; the server checked its token).
+    pub fn card_answer(&mut self, request: u64, prompt: &str, option: &str) {
+        self.gw.handle_card_answer(self.now, request, prompt, option);
+        self.pump();
     }
 
     pub fn close(&mut self, conn: ConnId) {

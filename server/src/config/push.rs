@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use hermes_mobile::push::AllowList;
 
-use crate::push::{ContentMode, NtfyTarget, PushSettings};
+use crate::push::{ContentMode, NotifyActions, NtfyTarget, PushSettings};
 
 /// `None` when Web Push is off and ntfy is not set: nothing to notify with.
 pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<PushSettings>, String> {
@@ -24,6 +24,7 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         "none" => ContentMode::None,
         other => return Err(format!("MOBILE_PUSH_CONTENT must be preview or none, got {other:?}")),
     };
+    let actions = NotifyActions::parse(&get("--notify-actions").unwrap_or_default())?;
     let extra = push_hosts(&get("--push-hosts").unwrap_or_default());
     let hosts = AllowList::new(extra.iter().map(String::as_str)).map_err(|e| format!("MOBILE_PUSH_HOSTS: {e}"))?;
     let public_url = get("--public-url")
@@ -82,6 +83,7 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         ntfy,
         ntfy_token,
         public_url,
+        actions,
     }))
 }
 

@@ -148,6 +148,12 @@ pub const SETTINGS: &[Setting] = &[
         help: "what a notification shows: preview (title and the start of the text or command) or none (a generic text)",
     },
     Setting {
+        flag: "--notify-actions",
+        env: "MOBILE_NOTIFY_ACTIONS",
+        default: DefaultValue::Value("safe"),
+        help: "buttons on a card's notification: safe (Deny or Cancel only), all (also Approve once, Confirm, a short question's choices; anyone holding the phone may press them) or off",
+    },
+    Setting {
         flag: "--ntfy-url",
         env: "MOBILE_NTFY_URL",
         default: DefaultValue::Unset,
@@ -369,7 +375,8 @@ pub fn help() -> String {
         "\nROUTES:\n",
         "  GET /ws        WebSocket, Protocol v1 (the token goes in the hello frame, never in the URL)\n",
         "  GET /healthz   200 with {status, version, connections, devices_online, sockets, agent, ...}\n",
-        "  GET /agent     WebSocket for a remote agent (docs/agent-protocol.md); only with --agent link and --agent-token\n\n",
+        "  GET /agent     WebSocket for a remote agent (docs/agent-protocol.md); only with --agent link and --agent-token\n",
+        "  POST /card-answer  a notification's button answers a card with its single-use token (docs/push.md)\n\n",
         "AGENTS (docs/agent-protocol.md): `demo` is built in. `exec:python3 my_agent.py` runs a child that\n",
         "speaks JSON lines on stdin/stdout, restarted if it exits. `link` lets agents connect to a Unix socket\n",
         "(Hermes' `mobile` plugin does); while none is connected, phones' messages wait, bounded.\n\n",

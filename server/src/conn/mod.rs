@@ -405,8 +405,9 @@ impl Conn {
         };
         let mut chunk = [0u8; 2048];
         loop {
-            // Never read past what a head may hold (plus what a pipelining client sends).
-            if head.len() > MAX_HEAD_BYTES + chunk.len() {
+            // Never read past what a head and a card answer's body may hold (plus what a
+            // pipelining client sends).
+            if head.len() > MAX_HEAD_BYTES + crate::card_answer::MAX_BODY_BYTES + chunk.len() {
                 return Ok(true);
             }
             match stream.read(&mut chunk) {

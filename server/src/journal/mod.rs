@@ -240,7 +240,7 @@ fn reader_uri(path: &Path) -> String {
 /// a checkpoint) before it fails; only the journal thread waits, never the loop.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn now_unix_ms() -> u64 {
+pub fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

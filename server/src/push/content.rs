@@ -4,8 +4,10 @@
 //! who want it to learn nothing more. The app token never appears in a push.
 
 use hermes_mobile::push::NotifyEvent;
-use hermes_mobile::PromptKind;
+use hermes_mobile::{PromptKind, Time};
 use serde_json::json;
+
+use super::actions::{buttons, NotifyActions};
 
 /// The preview's length, in characters.
 pub const PREVIEW_CHARS: usize = 140;
@@ -30,13 +32,56 @@ pub struct Content {
     pub fragment: String,
     /// A card: high urgency and priority.
     pub urgent: bool,
+    /// Replaces its earlier notification without a sound: a card's outcome (L66).
+    pub silent: bool,
+    /// A card's buttons (issue 25), each with the line shown once it is applied.
+    pub buttons: Vec<Button>,
+    /// What a card's tokens are bound to besides the device (issue 25, L67).
+    pub card: Option<CardRef>,
+    /// A card's outcome (L66): the option applied, and whether it expired.
+    pub closed: Option<(Option<String>, bool)>,
 }
 
-/// What `event` says; `count` replies or deliveries were coalesced into it.
-pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode) -> Content {
+/// One button of a card's notification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Button {
+    pub option_id: String,
+    pub label: String,
+    /// What the notification says once it is applied: "Denied: rm -rf build".
+    pub done: String,
+}
+
+/// A card as its tokens name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CardRef {
+    pub prompt: String,
+    pub expires_at: Time,
+    pub digest: [u8; 32],
+}
+
+/// A token for each button, and where to send it: `hermes.answer` of the payload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnswerLinks {
+    pub url: String,
+    /// `(option_id, token)`, in the buttons' order.
+    pub tokens: Vec<(String, String)>,
+    /// The card's expiry in unix ms: past it, a 409 means "Expired".
+    pub expires_unix_ms: u64,
+}
+
+/// What `event` says; `count` replies or deliveries were coalesced into it; a card's
+/// buttons are those `actions` allows.
+pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode, actions: NotifyActions) -> Content {
     let preview = mode == ContentMode::Preview;
+    let mut extra = Extra::default();
     let (title, body, kind, id, urgent) = match event {
-        NotifyEvent::Card { prompt, kind, text, .. } => {
+        NotifyEvent::Card {
+            prompt,
+            kind,
+            text,
+            facts,
+            ..
+        } => {
             let title = match kind {
                 PromptKind::ExecApproval => "Hermes asks to run a command",
                 PromptKind::SlashConfirm => "Hermes asks you to confirm",
@@ -47,7 +92,33 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode) -> Content 
             } else {
                 "Open the chat to answer.".to_owned()
             };
+            extra.buttons = buttons(actions, *kind, &facts.options)
+                .into_iter()
+                .map(|(option_id, label)| Button {
+                    done: outcome(*kind, Some(&option_id), Some(&label), false, text, preview),
+                    option_id,
+                    label,
+                })
+                .collect();
+            extra.card = Some(CardRef {
+                prompt: prompt.as_str().to_owned(),
+                expires_at: facts.expires_at,
+                digest: facts.digest,
+            });
             (title.to_owned(), body, "card", Some(prompt.as_str().to_owned()), true)
+        }
+        NotifyEvent::CardClosed {
+            prompt,
+            kind,
+            text,
+            option_id,
+            label,
+            expired,
+        } => {
+            let line = outcome(*kind, option_id.as_deref(), label.as_deref(), *expired, text, preview);
+            extra.silent = true;
+            extra.closed = Some((option_id.clone(), *expired));
+            (line, String::new(), "card", Some(prompt.as_str().to_owned()), false)
         }
         NotifyEvent::Reply { message, text } if count > 1 => {
             let body = if preview {
@@ -108,22 +179,100 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode) -> Content 
         id,
         fragment,
         urgent,
+        silent: extra.silent,
+        buttons: extra.buttons,
+        card: extra.card,
+        closed: extra.closed,
+    }
+}
+
+#[derive(Default)]
+struct Extra {
+    silent: bool,
+    buttons: Vec<Button>,
+    card: Option<CardRef>,
+    closed: Option<(Option<String>, bool)>,
+}
+
+/// One line saying how a card closed, with what it asked when previews are on:
+/// "Denied: rm -rf build", "Expired", "Answered: main".
+pub fn outcome(
+    kind: PromptKind,
+    option_id: Option<&str>,
+    label: Option<&str>,
+    expired: bool,
+    text: &str,
+    preview: bool,
+) -> String {
+    let verb = match (kind, option_id) {
+        _ if expired => "Expired".to_owned(),
+        (PromptKind::ExecApproval, Some("once")) => "Approved once".to_owned(),
+        (PromptKind::ExecApproval, Some("session")) => "Approved for this session".to_owned(),
+        (PromptKind::ExecApproval, Some("always")) => "Approved always".to_owned(),
+        (PromptKind::ExecApproval, _) => "Denied".to_owned(),
+        (PromptKind::SlashConfirm, Some("once")) => "Confirmed".to_owned(),
+        (PromptKind::SlashConfirm, Some("always")) => "Confirmed always".to_owned(),
+        (PromptKind::SlashConfirm, _) => "Cancelled".to_owned(),
+        (PromptKind::Clarify, Some(id)) if id != "other" => match label {
+            Some(l) => format!("Answered: {}", cut(l)),
+            None => "Answered".to_owned(),
+        },
+        (PromptKind::Clarify, _) => "Answered".to_owned(),
+    };
+    let text = text.trim();
+    if preview && !text.is_empty() && kind != PromptKind::Clarify {
+        format!("{verb}: {}", cut(text))
+    } else {
+        verb
     }
 }
 
 /// The Web Push payload: declarative Web Push (`"web_push": 8030`), which iOS 18.4+
 /// shows without running the service worker, with the app's own fields under `hermes`.
-/// `app_url` is the page the subscription came from, for `navigate`.
-pub fn web_push_payload(c: &Content, app_url: Option<&str>) -> Vec<u8> {
+/// `app_url` is the page the subscription came from, for `navigate`; `answer` gives a card
+/// its buttons (issue 25): each `navigate`s to the card where no worker runs, and the
+/// worker POSTs its token instead.
+pub fn web_push_payload(c: &Content, app_url: Option<&str>, answer: Option<&AnswerLinks>) -> Vec<u8> {
     let mut notification = json!({ "title": c.title, "body": c.body, "tag": tag(c) });
-    if let Some(base) = app_url {
+    let navigate = app_url.map(|base| {
         let base = base.split('#').next().unwrap_or(base);
-        notification["navigate"] = json!(format!("{base}{}", c.fragment));
+        format!("{base}{}", c.fragment)
+    });
+    if let Some(url) = &navigate {
+        notification["navigate"] = json!(url);
+    }
+    if c.silent {
+        notification["silent"] = json!(true);
+    }
+    let mut hermes = json!({ "kind": c.kind, "id": c.id });
+    if let Some((option_id, expired)) = &c.closed {
+        hermes["closed"] = json!({ "option_id": option_id, "expired": expired });
+    }
+    if let (Some(answer), Some(url)) = (answer.filter(|a| !a.tokens.is_empty()), &navigate) {
+        let buttons: Vec<&Button> = c
+            .buttons
+            .iter()
+            .filter(|b| answer.tokens.iter().any(|(id, _)| *id == b.option_id))
+            .collect();
+        notification["actions"] = buttons
+            .iter()
+            .map(|b| json!({ "action": b.option_id, "title": b.label, "navigate": url }))
+            .collect();
+        let tokens: serde_json::Map<String, serde_json::Value> =
+            answer.tokens.iter().map(|(id, t)| (id.clone(), json!(t))).collect();
+        let done: serde_json::Map<String, serde_json::Value> =
+            buttons.iter().map(|b| (b.option_id.clone(), json!(b.done))).collect();
+        hermes["answer"] = json!({
+            "url": answer.url,
+            "tokens": tokens,
+            "done": done,
+            "expires": answer.expires_unix_ms,
+        });
     }
     let payload = json!({
         "web_push": 8030,
         "notification": notification,
-        "hermes": { "kind": c.kind, "id": c.id },
+        "hermes": hermes,
     });
     payload.to_string().into_bytes()
 }
@@ -165,23 +314,109 @@ mod tests {
     use std::time::Duration;
 
     fn card() -> NotifyEvent {
+        exec_card(&format!("rm -rf {}", "x".repeat(300)))
+    }
+
+    fn exec_card(text: &str) -> NotifyEvent {
+        let options = ["once", "session", "always", "deny"];
         NotifyEvent::Card {
             prompt: PromptId("c 1".into()),
             kind: PromptKind::ExecApproval,
-            text: format!("rm -rf {}", "x".repeat(300)),
+            text: text.into(),
             ttl: Duration::from_secs(60),
+            facts: hermes_mobile::push::CardFacts {
+                options: options.iter().map(|o| (o.to_string(), o.to_uppercase())).collect(),
+                expires_at: Time::from_secs(60),
+                digest: [3; 32],
+            },
+        }
+    }
+
+    fn links(tokens: &[(&str, &str)]) -> AnswerLinks {
+        AnswerLinks {
+            url: "https://pi.example/chat/card-answer".into(),
+            tokens: tokens.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            expires_unix_ms: 1_800_000_000_000,
         }
     }
 
     #[test]
+    fn a_cards_buttons_carry_their_tokens_and_navigate_to_the_card() {
+        let c = content(&exec_card("rm -rf build"), 1, ContentMode::Preview, NotifyActions::All);
+        let ids: Vec<&str> = c.buttons.iter().map(|b| b.option_id.as_str()).collect();
+        assert_eq!(ids, ["once", "deny"]);
+        assert_eq!(c.buttons[1].done, "Denied: rm -rf build");
+        let answer = links(&[("once", "t-once"), ("deny", "t-deny")]);
+        let payload: serde_json::Value =
+            serde_json::from_slice(&web_push_payload(&c, Some("https://pi.example/chat/"), Some(&answer))).unwrap();
+        assert_eq!(
+            payload["notification"]["actions"],
+            json!([
+                {"action":"once","title":"Approve once","navigate":"https://pi.example/chat/#card=c%201"},
+                {"action":"deny","title":"Deny","navigate":"https://pi.example/chat/#card=c%201"},
+            ])
+        );
+        assert_eq!(
+            payload["hermes"]["answer"]["url"],
+            "https://pi.example/chat/card-answer"
+        );
+        assert_eq!(
+            payload["hermes"]["answer"]["tokens"],
+            json!({"once":"t-once","deny":"t-deny"})
+        );
+        assert_eq!(
+            payload["hermes"]["answer"]["done"]["once"],
+            "Approved once: rm -rf build"
+        );
+        // No page to navigate to: no buttons, no tokens.
+        let bare: serde_json::Value = serde_json::from_slice(&web_push_payload(&c, None, Some(&answer))).unwrap();
+        assert!(bare["notification"].get("actions").is_none() && bare["hermes"].get("answer").is_none());
+        // `safe` offers Deny alone.
+        let safe = content(&exec_card("rm -rf build"), 1, ContentMode::Preview, NotifyActions::Safe);
+        assert_eq!(safe.buttons.len(), 1);
+        assert_eq!(safe.buttons[0].option_id, "deny");
+    }
+
+    #[test]
+    fn a_closed_card_replaces_its_notification_silently_with_how() {
+        let closed = |option: Option<&str>, expired| NotifyEvent::CardClosed {
+            prompt: PromptId("c 1".into()),
+            kind: PromptKind::ExecApproval,
+            text: "rm -rf build".into(),
+            option_id: option.map(str::to_owned),
+            label: None,
+            expired,
+        };
+        let c = content(
+            &closed(Some("deny"), false),
+            1,
+            ContentMode::Preview,
+            NotifyActions::Safe,
+        );
+        let payload: serde_json::Value =
+            serde_json::from_slice(&web_push_payload(&c, Some("https://pi.example/"), None)).unwrap();
+        assert_eq!(payload["notification"]["title"], "Denied: rm -rf build");
+        assert_eq!(
+            payload["notification"]["tag"], "card-c 1",
+            "the card's own tag: it replaces it"
+        );
+        assert_eq!(payload["notification"]["silent"], true);
+        assert_eq!(payload["hermes"]["closed"], json!({"option_id":"deny","expired":false}));
+        let c = content(&closed(Some("deny"), true), 1, ContentMode::None, NotifyActions::Safe);
+        assert_eq!(c.title, "Expired");
+        let c = content(&closed(Some("once"), false), 1, ContentMode::None, NotifyActions::Safe);
+        assert_eq!(c.title, "Approved once", "none shows no command");
+    }
+
+    #[test]
     fn a_card_shows_its_command_cut_short_and_opens_the_card() {
-        let c = content(&card(), 1, ContentMode::Preview);
+        let c = content(&card(), 1, ContentMode::Preview, NotifyActions::Safe);
         assert_eq!(c.title, "Hermes asks to run a command");
         assert!(c.body.starts_with("rm -rf xxx") && c.body.ends_with('…'));
         assert_eq!(c.body.chars().count(), PREVIEW_CHARS + 1);
         assert_eq!((c.fragment.as_str(), c.urgent), ("#card=c%201", true));
         let payload: serde_json::Value =
-            serde_json::from_slice(&web_push_payload(&c, Some("https://pi.example/chat/#old"))).unwrap();
+            serde_json::from_slice(&web_push_payload(&c, Some("https://pi.example/chat/#old"), None)).unwrap();
         assert_eq!(payload["web_push"], 8030);
         assert_eq!(
             payload["notification"]["navigate"],
@@ -189,6 +424,7 @@ mod tests {
         );
         assert_eq!(payload["notification"]["tag"], "card-c 1");
         assert_eq!(payload["hermes"], json!({"kind": "card", "id": "c 1"}));
+        assert!(payload["notification"].get("silent").is_none());
     }
 
     #[test]
@@ -205,8 +441,8 @@ mod tests {
         ];
         for e in events {
             for count in [1, 3] {
-                let c = content(&e, count, ContentMode::None);
-                let payload = String::from_utf8(web_push_payload(&c, None)).unwrap();
+                let c = content(&e, count, ContentMode::None, NotifyActions::All);
+                let payload = String::from_utf8(web_push_payload(&c, None, None)).unwrap();
                 assert!(!payload.contains("secret") && !payload.contains("rm -rf"), "{payload}");
             }
         }
@@ -218,7 +454,7 @@ mod tests {
             message: MessageId("m9".into()),
             text: "the last one".into(),
         };
-        let c = content(&e, 3, ContentMode::Preview);
+        let c = content(&e, 3, ContentMode::Preview, NotifyActions::Safe);
         assert_eq!(
             (c.title.as_str(), c.body.as_str()),
             ("Hermes: 3 new messages", "the last one")
@@ -231,8 +467,9 @@ mod tests {
             },
             1,
             ContentMode::None,
+            NotifyActions::Safe,
         );
         assert_eq!(t.kind, "test");
-        assert!(web_push_payload(&t, None).len() < 400);
+        assert!(web_push_payload(&t, None, None).len() < 400);
     }
 }

@@ -6,6 +6,8 @@
 //! the I/O around them: the VAPID key in the state directory, the request bytes, and the
 //! calls through the loop's non-blocking HTTP client (never a blocking request).
 
+pub mod actions;
+pub mod card_token;
 pub mod content;
 pub mod ece;
 mod ntfy;
@@ -20,12 +22,16 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use hermes_mobile::prompts::Card;
 use hermes_mobile::push::{AllowList, Notification, PushConfig};
 use hermes_mobile::upstream::ResponseHead;
 use hermes_mobile::{DeviceId, Gateway, Time};
 use rustls::ClientConfig;
 
 use crate::agent::io::{CallEvent, CallId};
+pub use actions::NotifyActions;
+use card_token::{CardTokens, Verdict};
+use content::AnswerLinks;
 pub use content::ContentMode;
 pub use ntfy::NtfyTarget;
 use request::Request;
@@ -61,6 +67,8 @@ pub struct PushSettings {
     /// Never logged.
     pub ntfy_token: Option<String>,
     pub public_url: Option<String>,
+    /// `MOBILE_NOTIFY_ACTIONS` (issue 25).
+    pub actions: NotifyActions,
 }
 
 /// Where the subscriptions are kept.
@@ -80,6 +88,7 @@ impl std::fmt::Debug for PushSettings {
             .field("ntfy", &self.ntfy)
             .field("ntfy_token", &self.ntfy_token.as_ref().map(|_| "<redacted>"))
             .field("public_url", &self.public_url)
+            .field("actions", &self.actions)
             .finish()
     }
 }
@@ -104,6 +113,10 @@ pub struct Push {
     calls: HashMap<CallId, Call>,
     next_call: u64,
     subscriptions_file: PathBuf,
+    /// The buttons' tokens (issue 25), with the key kept in the state directory.
+    tokens: CardTokens,
+    /// Unix ms: a token carries its card's expiry on the wall clock (L67).
+    wall: fn() -> u64,
 }
 
 /// Why a job's POST is not made.
@@ -130,6 +143,7 @@ impl Push {
     /// subscriptions. Start-up only: this reads files.
     pub fn start(settings: PushSettings, state_dir: &Path) -> Result<(Push, Option<String>), String> {
         let vapid = store::vapid_key(state_dir)?;
+        let tokens = CardTokens::new(&store::card_key(state_dir)?);
         // With Web Push off, kept subscriptions are left alone, not used.
         let subscriptions = if settings.web_push {
             store::read_subscriptions(state_dir)?
@@ -143,7 +157,7 @@ impl Push {
                 settings.subject
             );
         }
-        let sender = Sender::new(settings.content, settings.ntfy.is_some());
+        let sender = Sender::new(settings.content, settings.ntfy.is_some()).with_actions(settings.actions);
         let push = Push {
             vapid,
             sender,
@@ -152,6 +166,8 @@ impl Push {
             next_call: 1,
             subscriptions_file: store::subscriptions_path(state_dir),
             settings,
+            tokens,
+            wall: crate::journal::now_unix_ms,
         };
         Ok((push, subscriptions))
     }
@@ -165,7 +181,13 @@ impl Push {
         }
         config.ntfy = self.settings.ntfy.is_some();
         config.point_check = ece::is_p256_point;
+        config.actions = self.settings.actions.as_str();
         config
+    }
+
+    /// `MOBILE_PUBLIC_URL`, if set.
+    pub fn public_url(&self) -> Option<&str> {
+        self.settings.public_url.as_deref()
     }
 
     /// `/healthz`: the last push that failed.
@@ -252,8 +274,19 @@ impl Push {
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
                 let base = sub.app_url.as_deref().or(self.settings.public_url.as_deref());
-                request::web_push(job, sub, t, base, &self.settings, &self.vapid, &self.tls, unix)
-                    .map_err(NotSent::Invalid)
+                let links = base.and_then(|b| self.links(t, job, b));
+                request::web_push(
+                    job,
+                    sub,
+                    t,
+                    base,
+                    links.as_ref(),
+                    &self.settings,
+                    &self.vapid,
+                    &self.tls,
+                    unix,
+                )
+                .map_err(NotSent::Invalid)
             }
             sender::Channel::Ntfy => {
                 let target = self
@@ -262,10 +295,77 @@ impl Push {
                     .as_ref()
                     .ok_or(NotSent::Invalid("ntfy is not set".into()))?;
                 let token = self.settings.ntfy_token.as_deref();
-                ntfy::request(job, target, token, self.settings.public_url.as_deref(), &self.tls)
-                    .map_err(NotSent::Invalid)
+                let public_url = self.settings.public_url.as_deref();
+                // Buttons only with MOBILE_PUBLIC_URL: the ntfy app must reach the gateway.
+                let links = public_url.and_then(|b| self.links(t, job, b));
+                ntfy::request(job, target, token, public_url, links.as_ref(), &self.tls).map_err(NotSent::Invalid)
             }
         }
+    }
+
+    /// A card's buttons' tokens and where they answer, beside the page at `base`; `None`
+    /// for a job without buttons.
+    fn links(&self, t: Time, job: &sender::Job, base: &str) -> Option<AnswerLinks> {
+        let card = job.content.card.as_ref()?;
+        if job.content.buttons.is_empty() {
+            return None;
+        }
+        let url = actions::answer_url(base)?;
+        let expires_ms = self.wall_expiry_ms(t, card.expires_at);
+        let tokens = job
+            .content
+            .buttons
+            .iter()
+            .map(|b| {
+                let answer = card_token::Answer {
+                    device: job.device.as_str(),
+                    card: &card.prompt,
+                    option: &b.option_id,
+                    digest: &card.digest,
+                };
+                (b.option_id.clone(), self.tokens.mint(answer, expires_ms.div_ceil(1000)))
+            })
+            .collect();
+        Some(AnswerLinks {
+            url,
+            tokens,
+            expires_unix_ms: expires_ms,
+        })
+    }
+
+    /// A time on the core's clock (whose origin is this run's start) on the wall clock.
+    fn wall_expiry_ms(&self, now: Time, at: Time) -> u64 {
+        let left = u64::try_from(at.since(now).as_millis()).unwrap_or(u64::MAX);
+        (self.wall)().saturating_add(left)
+    }
+
+    /// Reads a button's token against the open card it names (L67): a token only for an
+    /// option that is a button under `MOBILE_NOTIFY_ACTIONS` now, for this card's device,
+    /// id and contents.
+    pub fn check_answer(&self, now: Time, card: &Card, option: &str, token: &str) -> Verdict {
+        let options: Vec<(String, String)> = card.options.iter().map(|o| (o.id.clone(), o.label.clone())).collect();
+        if !actions::is_button(self.settings.actions, card.kind, &options, option) {
+            return Verdict::Forbidden;
+        }
+        let digest = card.answer_digest();
+        let answer = card_token::Answer {
+            device: card.device.as_str(),
+            card: card.id.as_str(),
+            option,
+            digest: &digest,
+        };
+        let card_expires = self.wall_expiry_ms(now, card.expires_at).div_ceil(1000);
+        self.tokens.check(token, answer, card_expires, (self.wall)() / 1000)
+    }
+
+    /// A token was used: refused from now on.
+    pub fn spend_token(&mut self, token: &str) {
+        self.tokens.spend(token, (self.wall)() / 1000);
+    }
+
+    /// The wall clock tokens read (a test's, to move with its virtual time).
+    pub fn set_wall(&mut self, wall: fn() -> u64) {
+        self.wall = wall;
     }
 
     /// News of a push call from the HTTP client.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use rustls::ClientConfig;
 
+use super::content::AnswerLinks;
 use super::request::Request;
 use super::sender::Job;
 use crate::http_client::{tls, Target};
@@ -64,6 +65,7 @@ pub fn request(
     target: &NtfyTarget,
     token: Option<&str>,
     public_url: Option<&str>,
+    links: Option<&AnswerLinks>,
     config: &Arc<ClientConfig>,
 ) -> Result<Request, String> {
     let c = &job.content;
@@ -86,6 +88,9 @@ pub fn request(
     if let Some(base) = public_url {
         let base = base.split('#').next().unwrap_or(base);
         head.push_str(&format!("Click: {}{}\r\n", header_safe(base), c.fragment));
+    }
+    if let Some(actions) = links.and_then(|l| actions_header(job, l)) {
+        head.push_str(&format!("Actions: {actions}\r\n"));
     }
     if let Some(token) = token {
         head.push_str(&format!("Authorization: Bearer {}\r\n", header_safe(token)));
@@ -112,6 +117,55 @@ pub fn request(
     })
 }
 
+/// A card's buttons as ntfy `http` actions (issue 25): each POSTs its answer to the
+/// gateway from the phone, and clears the notification. The ntfy server sees the token in
+/// clear text (docs/push.md). A label this header cannot carry as it is (not ASCII, or
+/// with a quote or separator) gets no button: the card is answered in the app.
+fn actions_header(job: &Job, links: &AnswerLinks) -> Option<String> {
+    let card = job.content.card.as_ref()?;
+    let actions: Vec<String> = job
+        .content
+        .buttons
+        .iter()
+        .filter(|b| {
+            b.label
+                .bytes()
+                .all(|c| (0x20..=0x7e).contains(&c) && !b",;'\"=".contains(&c))
+        })
+        .filter_map(|b| {
+            let token = &links.tokens.iter().find(|(id, _)| *id == b.option_id)?.1;
+            let body = ascii_json(&serde_json::json!({
+                "prompt_id": card.prompt,
+                "option_id": b.option_id,
+                "token": token,
+            }));
+            Some(format!(
+                "http, {}, {}, method=POST, headers.Content-Type=application/json, body='{body}', clear=true",
+                b.label.trim(),
+                links.url
+            ))
+        })
+        .collect();
+    (!actions.is_empty()).then(|| actions.join("; "))
+}
+
+/// JSON with every character past ASCII, and the quote that delimits it in the header,
+/// written as `\uXXXX`: a header carries ASCII only.
+fn ascii_json(value: &serde_json::Value) -> String {
+    let mut out = String::new();
+    for c in value.to_string().chars() {
+        if c.is_ascii() && c != '\'' && !c.is_ascii_control() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for unit in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    }
+    out
+}
+
 /// Header values carry visible ASCII and spaces only: no line breaks from any text.
 fn header_safe(s: &str) -> String {
     s.chars()
@@ -122,6 +176,89 @@ fn header_safe(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::push::content::{AnswerLinks, ContentMode};
+    use crate::push::sender::{SendOut, Sender};
+    use crate::push::NotifyActions;
+    use hermes_mobile::push::{CardFacts, Notification, NotifyEvent};
+    use hermes_mobile::{DeviceId, PromptId, PromptKind, Time};
+
+    fn card_job(actions: NotifyActions, kind: PromptKind, options: &[(&str, &str)]) -> (Sender, u64) {
+        let mut s = Sender::new(ContentMode::Preview, true).with_actions(actions);
+        let facts = CardFacts {
+            options: options.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
+            expires_at: Time::from_secs(60),
+            digest: [0; 32],
+        };
+        let event = NotifyEvent::Card {
+            prompt: PromptId("c'1".into()),
+            kind,
+            text: "rm -rf build".into(),
+            ttl: std::time::Duration::from_secs(60),
+            facts,
+        };
+        s.notify(
+            Time::ZERO,
+            Notification {
+                device: DeviceId("tel-1".into()),
+                event,
+            },
+            &[],
+        );
+        let Some(SendOut::Post(id)) = s.poll() else {
+            panic!("a job")
+        };
+        (s, id)
+    }
+
+    fn head(job: &Job, links: Option<&AnswerLinks>) -> String {
+        let target = NtfyTarget::parse("http://127.0.0.1:9/topic").unwrap();
+        let config = crate::http_client::tls::client_config(None, "x", true).unwrap();
+        let r = request(job, &target, None, Some("https://pi.example/"), links, &config).unwrap();
+        String::from_utf8_lossy(&r.bytes).into_owned()
+    }
+
+    #[test]
+    fn a_cards_buttons_are_http_actions_posting_their_tokens() {
+        let exec = [("once", "Once"), ("deny", "Deny")];
+        let (s, id) = card_job(NotifyActions::All, PromptKind::ExecApproval, &exec);
+        let links = AnswerLinks {
+            url: "https://pi.example/card-answer".into(),
+            tokens: vec![("once".into(), "T1".into()), ("deny".into(), "T2".into())],
+            expires_unix_ms: 0,
+        };
+        let text = head(s.job(id).unwrap(), Some(&links));
+        let actions = text
+            .lines()
+            .find_map(|l| l.strip_prefix("Actions: "))
+            .expect("an Actions header");
+        assert_eq!(
+            actions,
+            [
+                r#"http, Approve once, https://pi.example/card-answer, method=POST, headers.Content-Type=application/json, "#,
+                r#"body='{"option_id":"once","prompt_id":"c\u00271","token":"T1"}', clear=true; "#,
+                r#"http, Deny, https://pi.example/card-answer, method=POST, headers.Content-Type=application/json, "#,
+                r#"body='{"option_id":"deny","prompt_id":"c\u00271","token":"T2"}', clear=true"#,
+            ]
+            .concat()
+        );
+        // No links (no MOBILE_PUBLIC_URL), or no buttons (off): no header.
+        assert!(!head(s.job(id).unwrap(), None).contains("Actions:"));
+        let (s, id) = card_job(NotifyActions::Off, PromptKind::ExecApproval, &exec);
+        assert!(!head(s.job(id).unwrap(), Some(&links)).contains("Actions:"));
+        // A label a header cannot carry gets no button.
+        let odd = [("c0", "ja, bitte"), ("c1", "ok"), ("other", "Other…")];
+        let (s, id) = card_job(NotifyActions::All, PromptKind::Clarify, &odd);
+        let links = AnswerLinks {
+            tokens: vec![("c0".into(), "T1".into()), ("c1".into(), "T2".into())],
+            ..links
+        };
+        let text = head(s.job(id).unwrap(), Some(&links));
+        let actions = text.lines().find_map(|l| l.strip_prefix("Actions: ")).unwrap();
+        assert!(
+            actions.starts_with("http, ok, ") && !actions.contains("bitte"),
+            "{actions}"
+        );
+    }
 
     #[test]
     fn a_topic_url_is_read_with_its_default_port() {

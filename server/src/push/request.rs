@@ -8,7 +8,7 @@ use hermes_mobile::wire::push::from_b64url;
 use hermes_mobile::Time;
 use rustls::ClientConfig;
 
-use super::content::web_push_payload;
+use super::content::{web_push_payload, AnswerLinks};
 use super::sender::Job;
 use super::vapid::Vapid;
 use super::PushSettings;
@@ -27,6 +27,7 @@ pub fn web_push(
     sub: &Subscription,
     now: Time,
     app_url: Option<&str>,
+    links: Option<&AnswerLinks>,
     settings: &PushSettings,
     vapid: &Vapid,
     tls_config: &Arc<ClientConfig>,
@@ -37,11 +38,12 @@ pub fn web_push(
         (Some(k), Some(a)) => (k, a),
         _ => return Err("the subscription's keys are not base64url".into()),
     };
-    let payload = web_push_payload(&job.content, app_url);
+    let payload = web_push_payload(&job.content, app_url, links);
     let body = match super::ece::encrypt(&p256dh, &auth, &payload) {
-        // A page address too long for one record: the notification opens the chat's scope.
+        // A page address too long for one record: the notification opens the chat's scope,
+        // without buttons (they need the page's address).
         Err(super::ece::EceError::TooLong) => {
-            super::ece::encrypt(&p256dh, &auth, &web_push_payload(&job.content, None))
+            super::ece::encrypt(&p256dh, &auth, &web_push_payload(&job.content, None, None))
         }
         other => other,
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use hermes_mobile::push::{Notification, NotifyEvent, Subscription, PUSH_HOLD};
 use hermes_mobile::{ConnId, DeviceId, Time};
 
+use super::actions::NotifyActions;
 use super::content::{content, Content, ContentMode};
 
 /// Replies and deliveries within this long of the first make one notification.
@@ -51,6 +52,8 @@ pub struct Job {
     /// A card's `Topic`, so a newer push replaces an undelivered one.
     pub topic: Option<String>,
     test: Option<TestKey>,
+    /// A card's outcome (L66): sent to a connected device too, and retried while it is.
+    followup: bool,
     attempts: u32,
     /// When to (re)send; `None` while in flight or queued.
     due: Option<Time>,
@@ -115,6 +118,7 @@ pub enum Answer {
 
 pub struct Sender {
     mode: ContentMode,
+    actions: NotifyActions,
     ntfy: bool,
     pending: HashMap<DeviceId, Pending>,
     jobs: BTreeMap<JobId, Job>,
@@ -134,6 +138,7 @@ impl Sender {
     pub fn new(mode: ContentMode, ntfy: bool) -> Sender {
         Sender {
             mode,
+            actions: NotifyActions::Safe,
             ntfy,
             pending: HashMap::new(),
             jobs: BTreeMap::new(),
@@ -145,6 +150,12 @@ impl Sender {
             out: VecDeque::new(),
             last_error: None,
         }
+    }
+
+    /// Which buttons cards get (`MOBILE_NOTIFY_ACTIONS`, issue 25).
+    pub fn with_actions(mut self, actions: NotifyActions) -> Sender {
+        self.actions = actions;
+        self
     }
 
     pub fn job(&self, id: JobId) -> Option<&Job> {
@@ -168,7 +179,7 @@ impl Sender {
 
     /// A notification from the core, with the device's subscriptions now.
     pub fn notify(&mut self, now: Time, n: Notification, subs: &[Subscription]) {
-        if !matches!(n.event, NotifyEvent::Test { .. }) {
+        if !matches!(n.event, NotifyEvent::Test { .. } | NotifyEvent::CardClosed { .. }) {
             // The core notifies only a device with no live connection.
             self.online.remove(&n.device);
         }
@@ -176,8 +187,21 @@ impl Sender {
             NotifyEvent::Card { prompt, ttl, .. } => {
                 let expires = now + (*ttl).min(PUSH_HOLD);
                 let topic = Some(topic(prompt.as_str()));
-                let c = content(&n.event, 1, self.mode);
-                self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy);
+                let c = content(&n.event, 1, self.mode, self.actions);
+                self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy, false);
+            }
+            NotifyEvent::CardClosed { prompt, .. } => {
+                // Its card's push not sent yet goes unsent; the outcome, with the same
+                // `Topic`, replaces one the push service still holds (RFC 8030 5.4).
+                let topic = topic(prompt.as_str());
+                let unsent = |j: &Job| j.due.is_some() || j.queued;
+                self.jobs.retain(|_, j| {
+                    !(j.device == n.device && j.topic.as_deref() == Some(&topic) && !j.followup && unsent(j))
+                });
+                let c = content(&n.event, 1, self.mode, self.actions);
+                let expires = now + PUSH_HOLD;
+                // Web Push only: an ntfy message is not replaced, and its buttons clear it.
+                self.fan_out(now, &n.device, subs, c, expires, Some(topic), None, false, true);
             }
             NotifyEvent::Test { conn, id } => self.test(now, &n, *conn, id.clone(), subs),
             NotifyEvent::Reply { .. } | NotifyEvent::Deliver { .. } => {
@@ -210,8 +234,18 @@ impl Sender {
             return self.out.push_back(SendOut::TestResult { conn, id, result });
         }
         let key = (conn, id);
-        let c = content(&n.event, 1, self.mode);
-        let left = self.fan_out(now, &n.device, subs, c, now + TEST_TTL, None, Some(key.clone()), false);
+        let c = content(&n.event, 1, self.mode, self.actions);
+        let left = self.fan_out(
+            now,
+            &n.device,
+            subs,
+            c,
+            now + TEST_TTL,
+            None,
+            Some(key.clone()),
+            false,
+            false,
+        );
         let wait = TestWait {
             device: n.device.clone(),
             left,
@@ -228,7 +262,7 @@ impl Sender {
         self.pending.remove(device);
         let in_flight = |j: &Job| j.due.is_none() && !j.queued;
         self.jobs
-            .retain(|_, j| &j.device != device || j.test.is_some() || in_flight(j));
+            .retain(|_, j| &j.device != device || j.test.is_some() || j.followup || in_flight(j));
         if self.jobs.values().any(|j| &j.device == device) {
             self.online.insert(device.clone());
         }
@@ -246,8 +280,8 @@ impl Sender {
             let Some(p) = self.pending.remove(&device) else {
                 continue;
             };
-            let c = content(&p.event, p.count, self.mode);
-            self.fan_out(now, &device, &p.subs, c, now + PUSH_HOLD, None, None, self.ntfy);
+            let c = content(&p.event, p.count, self.mode, self.actions);
+            self.fan_out(now, &device, &p.subs, c, now + PUSH_HOLD, None, None, self.ntfy, false);
         }
         let retry: Vec<JobId> = self
             .jobs
@@ -271,6 +305,7 @@ impl Sender {
         topic: Option<String>,
         test: Option<TestKey>,
         ntfy: bool,
+        followup: bool,
     ) -> usize {
         let channels = subs
             .iter()
@@ -293,6 +328,7 @@ impl Sender {
                 expires,
                 topic: topic.clone(),
                 test: test.clone(),
+                followup,
                 attempts: 0,
                 due: Some(now),
                 queued: false,
@@ -357,7 +393,8 @@ impl Sender {
         };
         self.in_flight -= 1;
         let mut verdict = verdict(&answer, job, now);
-        if job.test.is_none() && self.online.contains(&job.device) && matches!(verdict, Verdict::Retry(_)) {
+        let sees_it = job.test.is_none() && !job.followup && self.online.contains(&job.device);
+        if sees_it && matches!(verdict, Verdict::Retry(_)) {
             verdict = Verdict::Drop; // it is connected now and sees what waited
         }
         let (device, channel, test) = (job.device.clone(), job.channel.clone(), job.test.clone());

@@ -66,6 +66,7 @@ impl Server {
             WiringIo::PersistLatest { path, contents } => self.files.persist_latest(path, contents),
             WiringIo::JournalWrite(records) => self.write_journal(records),
             WiringIo::JournalRead { token, read } => self.read_journal(token, read),
+            WiringIo::CardAnswered { request, reply } => self.card_answered(request, reply, now),
         }
     }
 

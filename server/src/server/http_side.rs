@@ -177,6 +177,10 @@ impl Server {
                 Some(out) => (out, None),
                 None => return, // answered once the file worker has read it
             },
+            Route::CardAnswer(req) => match self.ask_card_answer(key, req, len, now) {
+                Some(out) => (out, None),
+                None => return, // its body is still coming, or its answer waits for a commit
+            },
             Route::Asset(req) => match &self.config.web {
                 Some(web) => (web.respond(&req), None),
                 None => (
@@ -225,6 +229,8 @@ impl Server {
             // The journal (issue 24, L62): "ok", or why the gateway runs without one.
             "journal": self.journal_status,
             "journal_bytes": self.journal_bytes(),
+            // Issue 25: `POST /card-answer`s refused (a wrong token, option or device).
+            "card_answer_refusals": self.wiring.card_answer_refusals(),
         })
         .to_string();
         http::response("200 OK", "application/json", &body, "Cache-Control: no-store\r\n")

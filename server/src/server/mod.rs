@@ -28,6 +28,7 @@ use crate::timer::{ConnRef, ConnTimer, TimerKey};
 use crate::wheel::Wheel;
 use crate::wiring::{Wiring, WiringIo};
 
+mod card_answers;
 mod carry_out;
 mod files;
 mod http_side;
@@ -111,6 +112,7 @@ pub struct Server {
     journal_status: String,
     /// `/files/` answers being read or written (L63).
     file_answers: files::FileAnswers,
+    card_answers: card_answers::CardAnswers,
 }
 
 /// A link input to read again next turn.
@@ -287,6 +289,7 @@ impl Server {
             journal: opening.io,
             journal_status: opening.status,
             file_answers: Default::default(),
+            card_answers: Default::default(),
         })
     }
 

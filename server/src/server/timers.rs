@@ -65,6 +65,7 @@ impl Server {
             ConnTimer::FileAnswer if matches!(conn.phase(), Phase::Answer(_) | Phase::Respond { .. }) => {
                 self.kill(at.key, "the file's answer was not out in time")
             }
+            ConnTimer::CardAnswer if self.card_answers.has(at) => self.card_answer_overdue(at, now),
             ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
                 self.kill(at.key, "no agent hello within the hello timeout")
             }

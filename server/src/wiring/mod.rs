@@ -18,12 +18,14 @@ use std::path::PathBuf;
 use hermes_mobile::agent_link::{FileHandover, PeerId};
 use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::{Read, ReadResult, Record};
-use hermes_mobile::{AgentEvent, ConnId, DeviceId, Gateway, Output, Peer, Time};
+use hermes_mobile::{AgentEvent, CardAnswered, ConnId, DeviceId, Gateway, Output, Peer, Time};
 
 use crate::agent::io::{AgentIo, CallEvent, CallId, LoadError, LoadTag, PeerInput};
 use crate::agent::{Agent, Refused};
+use crate::card_answer::{AnswerBody, Refusals, Reply};
 use crate::fileio::Ticket;
 use crate::http_client::Target;
+use crate::push::card_token::Verdict;
 use crate::push::{Push, PushIo};
 
 /// Work for the event loop, in the order it was decided.
@@ -84,6 +86,8 @@ pub enum WiringIo {
     /// A read of the store, behind every record before it; answer with
     /// `handle_journal_read(token, ..)`.
     JournalRead { token: u64, read: Read },
+    /// The answer to `POST /card-answer` `request` ([`Wiring::handle_card_answer`]).
+    CardAnswered { request: u64, reply: Reply },
 }
 
 impl std::fmt::Debug for WiringIo {
@@ -108,6 +112,7 @@ impl std::fmt::Debug for WiringIo {
             }
             WiringIo::JournalWrite(records) => write!(f, "JournalWrite({} records)", records.len()),
             WiringIo::JournalRead { token, .. } => write!(f, "JournalRead({token})"),
+            WiringIo::CardAnswered { request, reply } => write!(f, "CardAnswered({request}, {reply:?})"),
         }
     }
 }
@@ -130,6 +135,8 @@ pub struct Wiring {
     loads: Vec<(Ticket, LoadTag)>,
     next_ticket: Ticket,
     io: VecDeque<WiringIo>,
+    /// `POST /card-answer`s refused (issue 25), for `/healthz` and the log.
+    refusals: Refusals,
 }
 
 impl Wiring {
@@ -145,6 +152,7 @@ impl Wiring {
             loads: Vec::new(),
             next_ticket: 0,
             io: VecDeque::new(),
+            refusals: Refusals::default(),
         }
     }
 
@@ -285,6 +293,42 @@ impl Wiring {
         device: &DeviceId,
     ) -> Result<(), hermes_mobile::media::FileRefusal> {
         self.core.authorize_file(now, source, token, device)
+    }
+
+    /// `POST /card-answer` (issue 25, L67): the button's token is read against the open
+    /// card it names, and a valid one answers the card as its device would. A refusal is
+    /// answered now; an answer applied comes as [`WiringIo::CardAnswered`] once kept.
+    pub fn handle_card_answer(&mut self, t: Time, request: u64, body: &AnswerBody) -> Option<Reply> {
+        let Some(card) = self.core.card_for_answer(t, &body.prompt_id) else {
+            return Some(Reply::Closed);
+        };
+        let verdict = match self.push.as_ref() {
+            Some(push) => push.check_answer(t, card, &body.option_id, &body.token),
+            None => Verdict::Forbidden,
+        };
+        match verdict {
+            Verdict::Valid => {}
+            Verdict::Closed => return Some(Reply::Closed),
+            Verdict::Forbidden => {
+                // Peer-chosen strings escaped (L29); the token never.
+                let (device, prompt, option) = (card.device.clone(), &body.prompt_id, &body.option_id);
+                self.refusals.record(t, || {
+                    format!("a token that is not for device {device:?}, card {prompt:?}, option {option:?}")
+                });
+                return Some(Reply::Forbidden);
+            }
+        }
+        if let Some(push) = self.push.as_mut() {
+            push.spend_token(&body.token);
+        }
+        self.core
+            .handle_card_answer(t, request, &body.prompt_id, &body.option_id);
+        None
+    }
+
+    /// `POST /card-answer`s refused so far.
+    pub fn card_answer_refusals(&self) -> u64 {
+        self.refusals.total
     }
 
     /// A `LoadFile` is done.
@@ -429,6 +473,14 @@ impl Wiring {
             }
             Output::SaveMedia { name, data } => WiringIo::SaveMedia { name, data },
             Output::DeleteMedia { device } => WiringIo::DeleteMedia { device },
+            Output::CardAnswered { request, outcome } => WiringIo::CardAnswered {
+                request,
+                reply: match outcome {
+                    CardAnswered::Applied { option_id } => Reply::Applied(option_id),
+                    CardAnswered::Closed => Reply::Closed,
+                    CardAnswered::NotKept => Reply::NotKept,
+                },
+            },
         };
         self.io.push_back(io);
     }

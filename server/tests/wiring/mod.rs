@@ -24,7 +24,8 @@ pub use hermes_mobile_server::agent::io::CallId;
 use hermes_mobile_server::agent::io::{CallEvent, LoadError, PeerInput};
 use hermes_mobile_server::agent::link::LinkAgent;
 use hermes_mobile_server::agent::Agent;
-use hermes_mobile_server::push::{ContentMode, Push, PushSettings};
+use hermes_mobile_server::card_answer::{AnswerBody, Reply};
+use hermes_mobile_server::push::{ContentMode, NotifyActions, Push, PushSettings};
 use hermes_mobile_server::wiring::{Wiring, WiringIo};
 use serde_json::{json, Value};
 
@@ -79,6 +80,11 @@ pub struct Driver {
     pub push_calls: Vec<(CallId, Time)>,
     /// The subscriptions as push last asked to keep them (the file worker's job).
     kept_subscriptions: Option<Vec<u8>>,
+    /// Each push POST's request bytes, in order (to decrypt with a `Browser`).
+    pub push_requests: Vec<Vec<u8>>,
+    /// `POST /card-answer`s answered once kept (issue 25): request id and answer.
+    pub card_answers: Vec<(u64, Reply)>,
+    next_request: u64,
 }
 
 /// A core configured as the server configures it with the journal on.
@@ -148,13 +154,26 @@ impl Driver {
             push: None,
             push_calls: Vec::new(),
             kept_subscriptions: None,
+            push_requests: Vec::new(),
+            card_answers: Vec::new(),
+            next_request: 0,
         }
     }
 
     /// A gateway with Web Push as the server has it (issue 18): a VAPID key of its own, the
     /// push service at `127.0.0.1:8443` allowed. Its POSTs wait in `push_calls` for
     /// [`Driver::answer_push`].
-    pub fn with_push(mut config: Config, agent: AgentKind) -> Driver {
+    pub fn with_push(config: Config, agent: AgentKind) -> Driver {
+        Driver::with_push_actions(config, agent, NotifyActions::Safe, None)
+    }
+
+    /// [`Driver::with_push`] with `MOBILE_NOTIFY_ACTIONS` and `MOBILE_PUBLIC_URL` (issue 25).
+    pub fn with_push_actions(
+        mut config: Config,
+        agent: AgentKind,
+        actions: NotifyActions,
+        public_url: Option<&str>,
+    ) -> Driver {
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("hm-driver-push-{}-{n}", std::process::id()));
@@ -168,7 +187,8 @@ impl Driver {
             content: ContentMode::Preview,
             ntfy: None,
             ntfy_token: None,
-            public_url: None,
+            public_url: public_url.map(str::to_owned),
+            actions,
         };
         let push = start_push(&settings, &dir);
         config.push = Some(push.core_config());
@@ -265,9 +285,33 @@ impl Driver {
             }
             WiringIo::Call { id, request } => self.calls.push((id, String::from_utf8_lossy(&request).into())),
             WiringIo::Cancel(id) => self.calls.retain(|(c, _)| *c != id),
-            WiringIo::PushCall { id, .. } => self.push_calls.push((id, now)),
+            WiringIo::PushCall { id, request, .. } => {
+                self.push_calls.push((id, now));
+                self.push_requests.push(request);
+            }
+            WiringIo::CardAnswered { request, reply } => self.card_answers.push((request, reply)),
             WiringIo::PersistLatest { contents, .. } => self.kept_subscriptions = Some(contents),
             WiringIo::Persist { .. } => {}
+        }
+    }
+
+    /// `POST /card-answer` with this body: the route's answer, now or once kept.
+    pub fn card_answer(&mut self, prompt_id: &str, option_id: &str, token: &str) -> Reply {
+        self.next_request += 1;
+        let request = self.next_request;
+        let body = AnswerBody {
+            prompt_id: prompt_id.into(),
+            option_id: option_id.into(),
+            token: token.into(),
+        };
+        if let Some(reply) = self.wiring.handle_card_answer(self.now, request, &body) {
+            return reply;
+        }
+        self.step();
+        let at = self.card_answers.iter().position(|(r, _)| *r == request);
+        match at {
+            Some(at) => self.card_answers.remove(at).1,
+            None => panic!("no answer to the card answer yet (auto_commit off?)"),
         }
     }
 

@@ -38,6 +38,7 @@ fn card(ttl: u64) -> Notification {
             kind: PromptKind::ExecApproval,
             text: "ls".into(),
             ttl: Duration::from_secs(ttl),
+            facts: Default::default(),
         },
     }
 }
@@ -333,4 +334,44 @@ fn withdrawn_jobs_go_quietly_and_online_devices_are_only_those_with_jobs() {
     assert!(s.online.contains(&dev()), "its in-flight job is not retried");
     s.answer(at(3), id, status(503));
     assert!(s.online.is_empty() && s.jobs.is_empty());
+}
+
+fn card_closed() -> Notification {
+    Notification {
+        device: dev(),
+        event: NotifyEvent::CardClosed {
+            prompt: PromptId("c1".into()),
+            kind: PromptKind::ExecApproval,
+            text: "ls".into(),
+            option_id: Some("deny".into()),
+            label: Some("Deny".into()),
+            expired: false,
+        },
+    }
+}
+
+// L66: a card's outcome replaces its notification: on Web Push only, with the card's
+// Topic, silently, and to a connected phone as well.
+#[test]
+fn a_cards_outcome_replaces_its_push_and_drops_one_not_sent_yet() {
+    let mut s = Sender::new(ContentMode::Preview, true);
+    s.notify(at(0), card(90), &[sub(1)]);
+    let first = posts(&mut s);
+    assert_eq!(first.len(), 2, "Web Push and ntfy");
+    // The Web Push one meets a 5xx and waits to be retried; ntfy's went.
+    s.answer(at(1), first[0], status(503));
+    s.answer(at(1), first[1], status(200));
+    s.device_online(&dev());
+    s.notify(at(2), card_closed(), &[sub(1)]);
+    let ids = posts(&mut s);
+    assert_eq!(ids.len(), 1, "Web Push only");
+    let job = s.job(ids[0]).unwrap();
+    assert_eq!(job.topic.as_deref(), Some(topic("c1").as_str()));
+    assert!(job.content.silent && !job.content.urgent);
+    assert_eq!(job.content.title, "Denied: ls");
+    // The card's own retry is gone; the outcome is retried even though the phone is online.
+    s.answer(at(3), ids[0], status(503));
+    s.handle_timeout(at(3600));
+    let retried = posts(&mut s);
+    assert_eq!(retried, vec![ids[0]], "only the outcome");
 }

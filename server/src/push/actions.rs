@@ -1,0 +1,171 @@
+//! Which buttons a card's notification has (issue 25, `MOBILE_NOTIFY_ACTIONS`), and where
+//! they send their answer. A notification can never approve more than its button says:
+//! `safe` offers only the option that refuses, `all` at most two (the Notification API's
+//! usual limit), and `session` or `always` never, since a lock screen shows too little to
+//! grant more than one run.
+
+use hermes_mobile::PromptKind;
+
+/// `MOBILE_NOTIFY_ACTIONS`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NotifyActions {
+    /// Deny or Cancel only (the default).
+    #[default]
+    Safe,
+    /// Up to two: Approve once and Deny, Confirm and Cancel, a short question's choices.
+    All,
+    /// No buttons and no tokens.
+    Off,
+}
+
+impl NotifyActions {
+    pub fn parse(value: &str) -> Result<NotifyActions, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "" | "safe" => Ok(NotifyActions::Safe),
+            "all" => Ok(NotifyActions::All),
+            "off" | "none" => Ok(NotifyActions::Off),
+            other => Err(format!("MOBILE_NOTIFY_ACTIONS must be safe, all or off, got {other:?}")),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyActions::Safe => "safe",
+            NotifyActions::All => "all",
+            NotifyActions::Off => "off",
+        }
+    }
+}
+
+/// A clarify choice's label on a button, in characters.
+const MAX_BUTTON_CHARS: usize = 40;
+
+/// The buttons of a card of `kind` with these `(id, label)` options, in order: each an
+/// option the card has.
+pub fn buttons(mode: NotifyActions, kind: PromptKind, options: &[(String, String)]) -> Vec<(String, String)> {
+    let has = |id: &str| options.iter().any(|(o, _)| o == id);
+    let fixed = |wanted: &[(&str, &str)]| {
+        wanted
+            .iter()
+            .filter(|(id, _)| has(id))
+            .map(|(id, label)| ((*id).to_owned(), (*label).to_owned()))
+            .collect()
+    };
+    match (mode, kind) {
+        (NotifyActions::Off, _) => Vec::new(),
+        (NotifyActions::Safe, PromptKind::ExecApproval) => fixed(&[("deny", "Deny")]),
+        (NotifyActions::Safe, PromptKind::SlashConfirm) => fixed(&[("cancel", "Cancel")]),
+        (NotifyActions::Safe, PromptKind::Clarify) => Vec::new(),
+        (NotifyActions::All, PromptKind::ExecApproval) => fixed(&[("once", "Approve once"), ("deny", "Deny")]),
+        (NotifyActions::All, PromptKind::SlashConfirm) => fixed(&[("once", "Confirm"), ("cancel", "Cancel")]),
+        (NotifyActions::All, PromptKind::Clarify) => {
+            let choices: Vec<&(String, String)> = options.iter().filter(|(id, _)| id != "other").collect();
+            if choices.len() > 2 {
+                return Vec::new(); // more than fit: the card is answered in the app
+            }
+            choices
+                .into_iter()
+                .map(|(id, label)| (id.clone(), cut(label)))
+                .collect()
+        }
+    }
+}
+
+/// Whether `option` is a button of such a card: a token for anything else is refused.
+pub fn is_button(mode: NotifyActions, kind: PromptKind, options: &[(String, String)], option: &str) -> bool {
+    buttons(mode, kind, options).iter().any(|(id, _)| id == option)
+}
+
+fn cut(label: &str) -> String {
+    let label = label.trim();
+    let mut out: String = label.chars().take(MAX_BUTTON_CHARS).collect();
+    if out.len() < label.len() {
+        out.push('…');
+    }
+    out
+}
+
+/// The absolute URL of `/card-answer` beside the page at `base` (the subscribing page's
+/// `app_url`, or `MOBILE_PUBLIC_URL`): a gateway behind a proxy under `/chat/` answers at
+/// `/chat/card-answer`. `None` for a base that is not an http(s) URL.
+pub fn answer_url(base: &str) -> Option<String> {
+    let base = base.split(['#', '?']).next().unwrap_or(base);
+    let rest = base.strip_prefix("https://").or_else(|| base.strip_prefix("http://"))?;
+    let scheme_len = base.len() - rest.len();
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    if authority.is_empty() || !base.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+        return None;
+    }
+    let dir = &path[..=path.rfind('/').unwrap_or(0)];
+    Some(format!("{}{authority}{dir}card-answer", &base[..scheme_len]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(ids: &[(&str, &str)]) -> Vec<(String, String)> {
+        ids.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
+    }
+
+    #[test]
+    fn safe_offers_only_the_refusal_and_all_at_most_two_never_session_or_always() {
+        let exec = opts(&[
+            ("once", "Once"),
+            ("session", "This session"),
+            ("always", "Always"),
+            ("deny", "Deny"),
+        ]);
+        let slash = opts(&[("once", "Once"), ("always", "Always"), ("cancel", "Cancel")]);
+        let short = opts(&[("c0", "main"), ("c1", "dev"), ("other", "Other…")]);
+        let long = opts(&[("c0", "a"), ("c1", "b"), ("c2", "c"), ("other", "Other…")]);
+        use NotifyActions::*;
+        use PromptKind::*;
+        let ids = |mode, kind, o: &[(String, String)]| -> Vec<String> {
+            buttons(mode, kind, o).into_iter().map(|(id, _)| id).collect()
+        };
+        assert_eq!(ids(Safe, ExecApproval, &exec), ["deny"]);
+        assert_eq!(ids(Safe, SlashConfirm, &slash), ["cancel"]);
+        assert!(ids(Safe, Clarify, &short).is_empty());
+        assert_eq!(
+            buttons(All, ExecApproval, &exec),
+            opts(&[("once", "Approve once"), ("deny", "Deny")])
+        );
+        assert_eq!(
+            buttons(All, SlashConfirm, &slash),
+            opts(&[("once", "Confirm"), ("cancel", "Cancel")])
+        );
+        assert_eq!(buttons(All, Clarify, &short), opts(&[("c0", "main"), ("c1", "dev")]));
+        assert!(ids(All, Clarify, &long).is_empty());
+        for kind in [ExecApproval, SlashConfirm, Clarify] {
+            assert!(ids(Off, kind, &exec).is_empty());
+            for o in ["session", "always", "other"] {
+                assert!(!is_button(All, kind, &exec, o) && !is_button(All, kind, &short, o));
+            }
+        }
+        // An agent that offered no deny gets no deny button.
+        assert!(ids(Safe, ExecApproval, &opts(&[("once", "Once")])).is_empty());
+        assert!(is_button(Safe, ExecApproval, &exec, "deny") && !is_button(Safe, ExecApproval, &exec, "once"));
+    }
+
+    #[test]
+    fn the_answer_url_sits_beside_the_page() {
+        for (base, url) in [
+            ("https://pi.example/", "https://pi.example/card-answer"),
+            ("https://pi.example", "https://pi.example/card-answer"),
+            ("https://pi.example/chat/#card=x", "https://pi.example/chat/card-answer"),
+            (
+                "http://192.168.1.5:8787/index.html?x=1",
+                "http://192.168.1.5:8787/card-answer",
+            ),
+        ] {
+            assert_eq!(answer_url(base).as_deref(), Some(url), "{base}");
+        }
+        for bad in ["ftp://x/", "https:///x", "javascript:alert(1)", "https://a b/"] {
+            assert_eq!(answer_url(bad), None, "{bad}");
+        }
+    }
+}
