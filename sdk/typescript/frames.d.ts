@@ -634,6 +634,8 @@ export interface Capabilities {
        */
       vapid_public_key: Base64Url;
     };
+    /** Which buttons a card's notification has (MOBILE_NOTIFY_ACTIONS, docs/push.md): safe (only the option that refuses), all (at most two) or off. */
+    actions?: "safe" | "all" | "off";
   };
   /** Present when the gateway keeps history (MOBILE_HISTORY on, L56): the history frame may be sent. More keys may come. */
   history?: {

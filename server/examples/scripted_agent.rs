@@ -12,6 +12,8 @@
 //! - `inline`: send_file with base64 data
 //! - `deliver <dev>`: deliver "cron says hi" to <dev> (ref "d")
 //! - `card`: open_prompt exec_approval "rm -rf /tmp/x"
+//! - `confirm`: open_prompt slash_confirm "Deploy to production?"
+//! - `ask`: open_prompt clarify "Which branch?" with the choices main and dev
 //! - `slow`: nothing (the turn stays in flight)
 //! - `later <ms> <message>`: answers `<message>` as above after `<ms>` milliseconds
 //!
@@ -155,6 +157,16 @@ fn answer(out: &mut impl Write, msg: &Value, n: usize) {
             let v = json!({"t": "open_prompt", "ref": "p", "device": dev, "prompt": format!("ap-{n}"),
                 "kind": "exec_approval", "command": "rm -rf /tmp/x", "description": "delete in root path",
                 "options": ["once", "deny"]});
+            return send(out, v);
+        }
+        "confirm" => {
+            let v = json!({"t": "open_prompt", "ref": "p", "device": dev, "prompt": format!("cf-{n}"),
+                "kind": "slash_confirm", "text": "Deploy to production?"});
+            return send(out, v);
+        }
+        "ask" => {
+            let v = json!({"t": "open_prompt", "ref": "p", "device": dev, "prompt": format!("q-{n}"),
+                "kind": "clarify", "question": "Which branch?", "choices": ["main", "dev"]});
             return send(out, v);
         }
         "slow" => return,

@@ -83,6 +83,7 @@ pub fn push_settings(get: &dyn Fn(&str) -> Option<String>) -> Result<Option<Push
         ntfy,
         ntfy_token,
         public_url,
+        guessed_url: None,
         actions,
     }))
 }

@@ -67,6 +67,9 @@ pub struct PushSettings {
     /// Never logged.
     pub ntfy_token: Option<String>,
     pub public_url: Option<String>,
+    /// The chat's address guessed at start-up when `MOBILE_PUBLIC_URL` is not set: what an
+    /// ntfy notification opens, never where a button sends its token (L67).
+    pub guessed_url: Option<String>,
     /// `MOBILE_NOTIFY_ACTIONS` (issue 25).
     pub actions: NotifyActions,
 }
@@ -88,6 +91,7 @@ impl std::fmt::Debug for PushSettings {
             .field("ntfy", &self.ntfy)
             .field("ntfy_token", &self.ntfy_token.as_ref().map(|_| "<redacted>"))
             .field("public_url", &self.public_url)
+            .field("guessed_url", &self.guessed_url)
             .field("actions", &self.actions)
             .finish()
     }
@@ -273,8 +277,17 @@ impl Push {
                 let unix = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0, |d| d.as_secs());
-                let base = sub.app_url.as_deref().or(self.settings.public_url.as_deref());
-                let links = base.and_then(|b| self.links(t, job, b));
+                let public_url = self.settings.public_url.as_deref();
+                let links = sub
+                    .app_url
+                    .as_deref()
+                    .or(public_url)
+                    .and_then(|b| self.links(t, job, b));
+                let base = sub
+                    .app_url
+                    .as_deref()
+                    .or(public_url)
+                    .or(self.settings.guessed_url.as_deref());
                 request::web_push(
                     job,
                     sub,
@@ -296,9 +309,11 @@ impl Push {
                     .ok_or(NotSent::Invalid("ntfy is not set".into()))?;
                 let token = self.settings.ntfy_token.as_deref();
                 let public_url = self.settings.public_url.as_deref();
-                // Buttons only with MOBILE_PUBLIC_URL: the ntfy app must reach the gateway.
+                // Buttons only with MOBILE_PUBLIC_URL: an address guessed from this host's
+                // interfaces may not be one the phone reaches, or the owner's to expose.
                 let links = public_url.and_then(|b| self.links(t, job, b));
-                ntfy::request(job, target, token, public_url, links.as_ref(), &self.tls).map_err(NotSent::Invalid)
+                let click = public_url.or(self.settings.guessed_url.as_deref());
+                ntfy::request(job, target, token, click, links.as_ref(), &self.tls).map_err(NotSent::Invalid)
             }
         }
     }

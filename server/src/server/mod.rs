@@ -187,12 +187,12 @@ impl Server {
                 if settings.ntfy.is_some() && settings.public_url.is_none() {
                     // ntfy's Click needs the chat's address: the first one printed at start-up.
                     let lan = crate::pair::lan_addresses();
-                    settings.public_url = crate::pair::page_urls(&config.host, local_addr.port(), &lan)
+                    settings.guessed_url = crate::pair::page_urls(&config.host, local_addr.port(), &lan)
                         .into_iter()
                         .next();
                     log::info!(
-                        "push: MOBILE_PUBLIC_URL is not set; ntfy notifications open {}",
-                        settings.public_url.as_deref().unwrap_or("nothing")
+                        "push: MOBILE_PUBLIC_URL is not set; ntfy notifications open {} and have no buttons",
+                        settings.guessed_url.as_deref().unwrap_or("nothing")
                     );
                 }
                 let (push, subscriptions) = crate::push::Push::start(settings, &config.state_dir).map_err(invalid)?;

@@ -188,6 +188,7 @@ impl Driver {
             ntfy: None,
             ntfy_token: None,
             public_url: public_url.map(str::to_owned),
+            guessed_url: None,
             actions,
         };
         let push = start_push(&settings, &dir);
