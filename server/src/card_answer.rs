@@ -82,6 +82,8 @@ pub enum Reply {
     NotKept,
     /// 503: too many answers wait for the disk, or this one waited too long.
     Busy,
+    /// 405: not a POST.
+    MethodNotAllowed,
 }
 
 impl Reply {
@@ -99,13 +101,19 @@ impl Reply {
             Reply::TooLarge => ("413 Content Too Large", serde_json::json!({ "error": "too_large" })),
             Reply::NotKept => ("500 Internal Server Error", serde_json::json!({ "error": "not_kept" })),
             Reply::Busy => ("503 Service Unavailable", serde_json::json!({ "error": "busy" })),
+            Reply::MethodNotAllowed => (
+                "405 Method Not Allowed",
+                serde_json::json!({ "error": "method_not_allowed" }),
+            ),
         };
         let mut extra = String::from("Cache-Control: no-store\r\n");
         if let Some(origin) = origin {
             extra.push_str(&format!("Access-Control-Allow-Origin: {origin}\r\nVary: Origin\r\n"));
         }
-        if matches!(self, Reply::Busy) {
-            extra.push_str("Retry-After: 1\r\n");
+        match self {
+            Reply::Busy => extra.push_str("Retry-After: 1\r\n"),
+            Reply::MethodNotAllowed => extra.push_str("Allow: POST\r\n"),
+            _ => {}
         }
         http::response(status, "application/json", &body.to_string(), &extra)
     }

@@ -209,7 +209,7 @@ pub fn parse(buf: &[u8]) -> Head {
                 .map(str::to_owned),
             host: header(req.headers, "host").and_then(crate::web::clean_host),
         }),
-        (_, "/card-answer") => not_allowed("POST"),
+        (_, "/card-answer") => Route::Reply(crate::card_answer::Reply::MethodNotAllowed.response(None)),
         ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
             path: path.clone(),
             head_only: method == "HEAD",
