@@ -24,6 +24,7 @@ let client = null;
 let status = { state: 'offline' };
 const bubbles = new Map(); // message / media id → .msg element
 const cards = new Map(); // prompt id → { el, card }
+const closedAway = new Map(); // prompt id → the promptdone of a card not shown when it came
 const owned = new WeakMap(); // .msg element → { key, urls }: its bubbles key and blob: URLs
 const MAX_ITEMS = 300; // bubbles and cards kept in #messages; the oldest go first
 
@@ -322,6 +323,13 @@ function fromRecord(r) {
     if (cards.has(r.id) || !r.card) return null;
     const c = { el: cardElement(r.card), card: r.card };
     cards.set(r.id, c);
+    const done = r.state === 'open' && closedAway.get(r.id);
+    if (done) {
+      closedAway.delete(r.id);
+      stamp(c.el, r);
+      closeDone(c, done); // and the record too
+      return c.el;
+    }
     if (r.state === 'open' && past.journal && r.card.expiresAt > Date.now()) {
       // A gateway with a journal does not send a card again that this page has seen (L58):
       // it stays open here, and answer() knows it.
@@ -809,6 +817,7 @@ function hiddenWarning(card) {
 function onPrompt({ detail: d }) {
   if (heldForFill('prompt', d)) return;
   const { card, repeat, seq } = d;
+  closedAway.delete(card.id); // open again (H5), or an id used again: what came before is past
   const known = cards.get(card.id);
   if (known && repeat && known.el.dataset.state === 'open') {
     known.card = card;
@@ -922,11 +931,26 @@ function answerOther(promptId) {
 function onPromptDone({ detail: d }) {
   if (heldForFill('promptdone', d)) return;
   const c = cards.get(d.id);
-  if (!c) return;
+  if (!c) {
+    // A card closed while this page was away (answered from its notification, L65) may be
+    // told before the page's history shows it (a slow start, or older than the window):
+    // kept for fromRecord, so that the card is not shown open later.
+    closedAway.set(d.id, d);
+    if (closedAway.size > 200) closedAway.delete(closedAway.keys().next().value);
+    return;
+  }
+  closeDone(c, d);
+}
+
+function closeDone(c, d) {
   setJseq(c.el, d.seq);
   // P5: an expired card may name its safe default; it is shown as "expired" all the same.
   const other = c.card.answer && c.card.answer.optionId === 'other' ? c.card.answer.text : null;
-  const result = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : d.label || d.optionId || 'done';
+  // The label from the card shown: the client knows only the cards of this page's
+  // connections (not one from history closed as "closed"), and then gives the option's id.
+  const option = d.optionId && c.card.options.find((o) => o.id === d.optionId);
+  const label = option ? option.label : d.label || d.optionId;
+  const result = d.expired ? 'expired' : other && d.optionId === 'other' ? `Other: ${other}` : label || 'done';
   closeCard(c, d.expired ? 'expired' : 'done', result, d.expired ? null : d.optionId);
   rememberPatch(c.el, { state: c.el.dataset.state, result, optionId: d.optionId });
 }
@@ -1376,6 +1400,7 @@ async function forget() {
   ui.messages.replaceChildren();
   bubbles.clear();
   cards.clear();
+  closedAway.clear();
   liveAliases.clear();
   showTyping(false);
   avatarQueue.length = 0;

@@ -1131,6 +1131,17 @@ export class HermesClient extends EventTarget {
   }
 
   /**
+   * Which buttons the gateway puts on a card's notification (issue 25,
+   * `capabilities.push.actions`): 'safe', 'all' or 'off'; '' when it does not say (push off,
+   * or a gateway older than answers from notifications).
+   */
+  get notifyActions() {
+    const push = this.capabilities.push;
+    const mode = push && push.actions;
+    return ['safe', 'all', 'off'].includes(mode) ? mode : '';
+  }
+
+  /**
    * Registers a Web Push subscription (a PushSubscription, or its toJSON()) for this device:
    * `push_subscribe`, answered `push_subscribed`. `appUrl` is the page's address, which the
    * gateway puts in a notification's link. Keys go as base64url without padding. Resolves

@@ -48,6 +48,23 @@ export function explainNoPush(env, vapidKey) {
   return '';
 }
 
+/**
+ * Which buttons a card's notification will have, in one sentence, from the gateway's
+ * `ready.capabilities.push.actions` (issue 25); '' when it does not say. The owner should
+ * know before turning notifications on that, with `all`, a locked phone can approve.
+ * (Safari shows no buttons at all: on an iPhone or iPad home-screen app every card's
+ * notification is only tapped, which opens the card. Not said here: the sentence is about
+ * what the gateway allows.)
+ */
+export function explainActions(mode) {
+  if (mode === 'safe') return 'Notifications can deny a command or cancel a confirmation; approving needs the app.';
+  if (mode === 'all') {
+    return 'Notifications can deny or cancel, and also approve once, confirm, or pick one of two answers: anyone holding your phone can press them.';
+  }
+  if (mode === 'off') return 'Notifications have no buttons; tap one to open the card.';
+  return '';
+}
+
 /** Registers /sw.js for the whole app; where it cannot (plain http), the app works online. */
 export function registerServiceWorker() {
   try {
@@ -123,7 +140,8 @@ function gatewayError(e) {
 }
 
 // `why` is explainNoPush's sentence; a subscription that is on can still be turned off.
-function renderControl(ui, { why, on, busy }) {
+// `note` is explainActions' sentence, shown only where push can work.
+function renderControl(ui, { why, on, busy, note }) {
   const state = why ? 'unavailable' : on ? 'on' : 'off';
   const label = { on: 'Notifications: on', off: 'Notifications: off', unavailable: 'Notifications: not available' }[state];
   ui.button.dataset.state = state;
@@ -131,6 +149,8 @@ function renderControl(ui, { why, on, busy }) {
   ui.button.title = label;
   ui.state.dataset.state = state;
   ui.state.textContent = why || (on ? 'Notifications are on for this browser.' : 'Get a notification for cards and replies while the app is closed.');
+  ui.note.textContent = why ? '' : note;
+  ui.note.hidden = !ui.note.textContent;
   ui.toggle.hidden = !!why && !on;
   ui.toggle.textContent = on ? 'Turn off notifications' : 'Turn on notifications';
   ui.toggle.disabled = busy;
@@ -150,7 +170,7 @@ function renderControl(ui, { why, on, busy }) {
 export function initPush({ getClient, notice }) {
   const $ = (id) => document.getElementById(id);
   const ui = {
-    button: $('push-button'), panel: $('push-panel'), state: $('push-state'),
+    button: $('push-button'), panel: $('push-panel'), state: $('push-state'), note: $('push-note'),
     toggle: $('push-toggle'), test: $('push-test'), hide: $('push-hide'),
   };
   let on = false;
@@ -160,8 +180,9 @@ export function initPush({ getClient, notice }) {
 
   function render() {
     const client = getClient();
-    const why = explainNoPush(browserEnv(), client && client.ready ? client.webPushKey : null);
-    const state = renderControl(ui, { why, on, busy });
+    const ready = client && client.ready;
+    const why = explainNoPush(browserEnv(), ready ? client.webPushKey : null);
+    const state = renderControl(ui, { why, on, busy, note: explainActions(ready ? client.notifyActions : '') });
     const open = expanded !== null ? expanded : state !== 'on' && hiddenStore.get() !== '1';
     ui.panel.hidden = !visible || !open;
     ui.button.hidden = !visible || open;

@@ -78,10 +78,11 @@ function withTimeout(promise, ms) {
 const KINDS = ['card', 'reply', 'deliver', 'test'];
 
 /**
- * What a push payload asks to show: {title, body, tag, data: {kind, id, navigate}}.
- * The gateway sends declarative Web Push (`"web_push": 8030` with `notification`), which
- * iOS 18.4+ shows without running this worker; a plain {title, body} is taken too, and
- * anything unreadable still gives a generic notification.
+ * What a push payload asks to show: {title, body, tag, actions, silent, data}, with
+ * data = {kind, id, navigate, tag, answer}. The gateway sends declarative Web Push
+ * (`"web_push": 8030` with `notification`), which iOS 18.4+ shows without running this
+ * worker; a plain {title, body} is taken too, and anything unreadable still gives a generic
+ * notification.
  */
 function readPush(data) {
   let p = null;
@@ -102,12 +103,33 @@ function readPush(data) {
   // declarative `navigate` ending in #card=ID or #message=ID says it there.
   let item = { kind: KINDS.includes(h.kind) ? h.kind : '', id: str(h.id) };
   if (!item.id) item = itemOf(navigate) || item;
+  // A card's buttons (issue 25). Two at most: Chromium shows no more (Notification.maxActions),
+  // and the gateway never sends more. Each action's own `navigate` is for a browser that
+  // runs no worker; here a press POSTs its token instead (answerFromNotification).
+  const actions = (Array.isArray(n.actions) ? n.actions : [])
+    .filter((a) => a && typeof a === 'object' && str(a.action) && str(a.title))
+    .slice(0, 2)
+    .map((a) => ({ action: a.action, title: a.title }));
   return {
     title: str(n.title) || 'Hermes',
     body: str(n.body) || (str(n.title) ? '' : text || 'Something new from Hermes.'),
     tag: str(n.tag),
-    data: { ...item, navigate },
+    actions,
+    silent: n.silent === true, // a card's outcome replacing its notification: no sound
+    data: { ...item, navigate, tag: str(n.tag), answer: readAnswer(h.answer) },
   };
+}
+
+// `hermes.answer` of a card's push, or null: where its buttons answer, a token per option,
+// the line to show once each is applied, and when the card expires (unix ms).
+function readAnswer(a) {
+  if (!a || typeof a !== 'object' || typeof a.url !== 'string') return null;
+  const strings = (o) => (o && typeof o === 'object' && !Array.isArray(o)
+    ? Object.fromEntries(Object.entries(o).filter(([, v]) => typeof v === 'string' && v))
+    : {});
+  const tokens = strings(a.tokens);
+  if (!Object.keys(tokens).length) return null;
+  return { url: a.url, tokens, done: strings(a.done), expires: Number.isFinite(a.expires) ? a.expires : null };
 }
 
 // {kind, id} from an address ending in #card=ID or #message=ID, else null.
@@ -125,10 +147,18 @@ self.addEventListener('push', (event) => {
   // Always a notification, inside waitUntil: Safari revokes a subscription whose pushes
   // show nothing.
   const n = readPush(event.data);
-  const options = { body: n.body, icon: '/icons/icon-192.png', badge: '/icons/icon-192.png', data: n.data };
-  if (n.tag) options.tag = n.tag; // a newer notification about the same thing replaces it
-  event.waitUntil(self.registration.showNotification(n.title, options));
+  event.waitUntil(show(n.title, n.body, n.tag, n.actions, n.silent, n.data));
 });
+
+// renotify false: a newer notification of the same card (its outcome) replaces the old one
+// without buzzing again; `silent` quiets even a first one. Safari shows no buttons: on
+// iPhone and iPad a card's notification is only tapped, which opens the card.
+function show(title, body, tag, actions, silent, data) {
+  const options = { body, icon: '/icons/icon-192.png', badge: '/icons/icon-192.png', data, silent, renotify: false };
+  if (tag) options.tag = tag; // a newer notification about the same thing replaces it
+  if (actions.length) options.actions = actions;
+  return self.registration.showNotification(title, options);
+}
 
 // The page that shows what the notification is about: its own `navigate` when it is on this
 // origin, else the app with #card=ID / #message=ID.
@@ -160,7 +190,50 @@ async function openFromNotification(d) {
   await self.clients.openWindow(targetUrl(d));
 }
 
+// A press of a card's button (issue 25): POSTs the button's token to the gateway and says on
+// the notification how it went, without opening the app. Where that cannot be done or did
+// not work (no token, a URL off this origin, a refusal, no network) the card is opened in
+// the app instead, so the person can still answer it there. Resolves when done.
+async function answerFromNotification(d, action) {
+  const a = d.answer;
+  const token = a && Object.hasOwn(a.tokens, action) ? a.tokens[action] : '';
+  let url = null;
+  try {
+    url = token && d.id ? new URL(a.url, self.location.href) : null;
+  } catch { /* not a URL: opened below */ }
+  // Only to this worker's own origin: a push payload must never make it POST elsewhere.
+  if (!url || url.origin !== self.location.origin) return openFromNotification(d);
+  let status;
+  try {
+    const res = await fetch(url.href, {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ prompt_id: d.id, option_id: action, token }),
+      credentials: 'omit', // the token is the whole authority; no cookie goes with it
+    });
+    status = res.status;
+  } catch {
+    return openFromNotification(d); // no network: the app shows the card when it can
+  }
+  if (status === 200) return showOutcome(d, a.done[action] || 'Answered');
+  if (status === 409) {
+    // Closed before this press. The gateway pushes how it closed (L66): if that came while
+    // the POST was out (a notification of this card without buttons), it says more than
+    // this line and stays.
+    const now = d.tag ? await self.registration.getNotifications({ tag: d.tag }) : [];
+    if (now.some((n) => !(n.data && n.data.answer))) return;
+    return showOutcome(d, a.expires !== null && Date.now() >= a.expires ? 'Expired' : 'Already answered');
+  }
+  return openFromNotification(d); // 403 (not this device's token), 5xx…: answered in the app
+}
+
+// The card's notification replaced by one quiet line, without buttons; a tap opens the card.
+function showOutcome(d, line) {
+  return show(line, '', d.tag, [], true, { ...d, answer: null }); // its tokens are spent
+}
+
 self.addEventListener('notificationclick', (event) => {
-  event.notification.close();
-  event.waitUntil(openFromNotification(event.notification.data || {}));
+  event.notification.close(); // also stops a second press of a button while the first is out
+  const d = event.notification.data || {};
+  event.waitUntil(event.action ? answerFromNotification(d, event.action) : openFromNotification(d));
 });

@@ -548,6 +548,8 @@ export declare class HermesClient {
   readonly hasHistory: boolean;
   /** The gateway's VAPID public key (base64url), or '' when it sends no pushes. */
   readonly webPushKey: string;
+  /** Which buttons a card's notification has (`capabilities.push.actions`, issue 25): `''` when the gateway does not say. */
+  readonly notifyActions: 'safe' | 'all' | 'off' | '';
   /** Ids of messages not yet confirmed by the gateway, in order. */
   readonly pending: string[];
   /** Cards by id. */

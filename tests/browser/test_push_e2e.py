@@ -311,7 +311,9 @@ def test_locked_phone_is_notified_and_the_tap_answers_the_card(make_app, push_se
                   command="ls", description="list the files", options=["once", "deny"])
     push = svc.wait_for_pushes(1)[0]
     payload = check_push(push, svc, vapid_key)
-    assert payload["hermes"] == {"kind": "card", "id": "ap-e2e-1"}, payload
+    assert (payload["hermes"]["kind"], payload["hermes"]["id"]) == ("card", "ap-e2e-1"), payload
+    # Its Deny button (issue 25; test_notification_answer.py presses one): a token for it.
+    assert list(payload["hermes"]["answer"]["tokens"]) == ["deny"], payload
     assert push.headers.get("urgency") == "high" and push.headers.get("topic"), push.headers
     shown = phone.deliver(push.plaintext, reg_id)
     assert [(n["title"], n["body"]) for n in shown] == [("Hermes asks to run a command", "ls")], shown
@@ -334,7 +336,11 @@ def test_locked_phone_is_notified_and_the_tap_answers_the_card(make_app, push_se
     agent.command("r1", t="reply", device=device, id="a-1", text="approved: ls", done=True)
     agent.send(t="end_turn", device=device)
     app2.agent_text("approved: ls")
-    assert len(svc.pushes) == 1, "a push for a phone that was online"
+    # The card's notification is replaced by how it closed (L66), connected or not; nothing
+    # else is pushed to a phone that is online.
+    closed = check_push(svc.wait_for_pushes(2)[1], svc, vapid_key)
+    assert closed["hermes"]["closed"] == {"option_id": "once", "expired": False}, closed
+    assert len(svc.pushes) == 2, "a push for a phone that was online"
 
     # (b) The answer finishes while the phone is locked: "Hermes replied".
     app2.send("and the sizes?")
@@ -342,7 +348,7 @@ def test_locked_phone_is_notified_and_the_tap_answers_the_card(make_app, push_se
     phone.lock(agent, device)
     agent.command("r2", t="reply", device=device, id="a-2", text="done: 3 files, 12 KiB", done=True)
     agent.send(t="end_turn", device=device)
-    push = svc.wait_for_pushes(2)[1]
+    push = svc.wait_for_pushes(3)[2]
     payload = check_push(push, svc, vapid_key)
     assert payload["hermes"]["kind"] == "reply", payload
     shown = phone.deliver(push.plaintext, reg_id)
@@ -356,7 +362,7 @@ def test_locked_phone_is_notified_and_the_tap_answers_the_card(make_app, push_se
     phone.lock(agent, device)
     sent = hermes_send(gw, device, "cron says hi")
     assert sent.returncode == 0, (sent.returncode, sent.stdout, sent.stderr)
-    push = svc.wait_for_pushes(3)[2]
+    push = svc.wait_for_pushes(4)[3]
     payload = check_push(push, svc, vapid_key)
     assert payload["hermes"]["kind"] == "deliver", payload
     shown = phone.deliver(push.plaintext, reg_id)
@@ -368,7 +374,7 @@ def test_locked_phone_is_notified_and_the_tap_answers_the_card(make_app, push_se
     expect(app4.page.locator("#messages .msg").filter(has_text="approved: ls")).to_have_count(1)
     expect(app4.page.locator("#messages .msg").filter(has_text="done: 3 files, 12 KiB")).to_have_count(1)
 
-    assert len(svc.pushes) == 3, [p.payload for p in svc.pushes]
+    assert len(svc.pushes) == 4, [p.payload for p in svc.pushes]
     assert svc.tls_errors == [], svc.tls_errors
     problems = phone.problems()
     assert not problems, "the app's pages were not clean:\n" + "\n".join(problems)
