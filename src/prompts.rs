@@ -35,6 +35,9 @@ pub struct Card {
     /// A notification told its device of it (issue 25): its closing is pushed too, to
     /// replace that notification.
     pub notified: bool,
+    /// [`Card::answer_digest`], made once: a button's token is checked against it on every
+    /// `POST /card-answer`, and a card's text may be megabytes.
+    digest: [u8; 32],
     /// Opening order, so a reconnecting device sees its cards in the order they were asked.
     seq: u64,
 }
@@ -151,8 +154,10 @@ impl Card {
             expires_at,
             journal_seq: 0,
             notified: false,
+            digest: [0; 32],
             seq: 0,
-        })
+        }
+        .digested())
     }
 
     /// A card the journal kept open across a restart (issue 24), from its body; `None`
@@ -182,19 +187,23 @@ impl Card {
                 },
             })
             .collect();
-        Some(Card {
-            id: PromptId(body.id),
-            device,
-            kind,
-            text: body.text.unwrap_or_default(),
-            command: body.command,
-            description: body.description,
-            options,
-            expires_at,
-            journal_seq,
-            notified: body.notified,
-            seq: 0,
-        })
+        Some(
+            Card {
+                id: PromptId(body.id),
+                device,
+                kind,
+                text: body.text.unwrap_or_default(),
+                command: body.command,
+                description: body.description,
+                options,
+                expires_at,
+                journal_seq,
+                notified: body.notified,
+                digest: [0; 32],
+                seq: 0,
+            }
+            .digested(),
+        )
     }
 
     /// What the journal keeps of it: its `prompt` frame's fields, and how it closed.
@@ -231,7 +240,16 @@ impl Card {
     /// A digest of everything the person reads on the card (issue 25): a notification's
     /// token is bound to it, so a token can never answer a card that shows something else,
     /// even one reopened under the same id.
-    pub fn answer_digest(&self) -> [u8; 32] {
+    pub fn answer_digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+
+    fn digested(mut self) -> Card {
+        self.digest = self.compute_digest();
+        self
+    }
+
+    fn compute_digest(&self) -> [u8; 32] {
         use sha2::{Digest, Sha256};
         // Each field with its length, and an absent one apart from an empty one.
         fn field(h: &mut Sha256, s: Option<&str>) {

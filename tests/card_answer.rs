@@ -250,3 +250,44 @@ fn a_resumed_device_hears_of_the_closing_once_from_its_replay() {
     assert_eq!(done.len(), 1, "{frames:?}");
     assert_eq!(done[0]["option_id"], "deny");
 }
+
+#[test]
+fn with_history_off_a_resumed_device_still_hears_how_its_card_closed() {
+    // L65: the journal drops a closed card soon when it keeps no history, so the replay
+    // may not carry the closing: the device hears it behind the replay instead.
+    let mut config = config();
+    let mut journal = hermes_mobile::journal::JournalConfig::new();
+    journal.history = false;
+    config.journal = Some(journal);
+    let mut h = Harness::with_journal(config);
+    subscribed_and_gone(&mut h, "tel-1");
+    h.agent(exec_card("tel-1", "c1"));
+    h.card_answer(1, "c1", "deny");
+    h.advance_ms(5_000);
+    let conn = h.open();
+    h.send(
+        conn,
+        json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}),
+    );
+    let frames = h.take(conn);
+    let done: Vec<&Value> = frames.iter().filter(|f| f["t"] == "prompt_done").collect();
+    assert!(!done.is_empty(), "{frames:?}");
+    assert!(done.iter().all(|f| f["option_id"] == "deny"));
+}
+
+#[test]
+fn a_cards_outcome_is_pushed_only_once_its_closing_is_kept() {
+    let mut h = Harness::with_journal(config());
+    subscribed_and_gone(&mut h, "tel-1");
+    h.agent(exec_card("tel-1", "c1"));
+    h.notices.clear();
+    h.auto_commit = false;
+    let phone = h.connect("tel-1");
+    h.send(phone, json!({"t":"prompt","prompt_id":"c1","option_id":"deny"}));
+    assert!(
+        closings(&mut h).is_empty(),
+        "a crash now leaves the card open: the lock screen must too"
+    );
+    h.commit();
+    assert_eq!(closings(&mut h).len(), 1);
+}

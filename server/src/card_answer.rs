@@ -23,13 +23,24 @@ const LOGGED_PER_WINDOW: u32 = 10;
 const LOG_WINDOW: Duration = Duration::from_secs(60);
 
 /// What a button sends.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct AnswerBody {
     pub prompt_id: String,
     /// Lower-cased (G2).
     pub option_id: String,
     /// Never logged.
     pub token: String,
+}
+
+/// Without the token, which never reaches a log, not even through `{:?}`.
+impl std::fmt::Debug for AnswerBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerBody")
+            .field("prompt_id", &self.prompt_id)
+            .field("option_id", &self.option_id)
+            .field("token", &"<redacted>")
+            .finish()
+    }
 }
 
 #[derive(Deserialize)]

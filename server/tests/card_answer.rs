@@ -145,17 +145,18 @@ fn a_locked_phone_denies_from_the_notification_and_the_agent_acts_on_it() {
     );
     assert_eq!((status, body), (409, json!({"error":"closed"})));
     assert!(!raw.contains("Access-Control"));
-    // The phone opens the app: its card is closed, with how.
-    let mut c = Client::hello(&server, "tel-1");
+    // The phone opens the app, resuming as the page does: its card is closed, with how.
+    let mut c = Client::connect(&server);
+    c.send(json!({"t":"hello","token":TOKEN,"device":{"id":"tel-1"},"resume":{"after":0}}));
     let done = c.until("prompt_done").pop().unwrap();
     assert_eq!(
         (done["id"].as_str(), done["option_id"].as_str()),
         (Some(card.as_str()), Some("deny"))
     );
-    // The token is never logged; the refusal is counted.
+    // The token is never logged; both refusals (the 403 and the 409) are counted.
     assert!(!server.log_text().contains(&deny));
     let health = server.http("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
-    assert!(health.contains("\"card_answer_refusals\":1"), "{health}");
+    assert!(health.contains("\"card_answer_refusals\":2"), "{health}");
 }
 
 #[test]
@@ -186,6 +187,14 @@ fn the_route_answers_what_is_not_an_answer_with_json_and_never_panics() {
     s.write_all(&body.as_bytes()[..5]).unwrap();
     std::thread::sleep(Duration::from_millis(100));
     s.write_all(&body.as_bytes()[5..]).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 409 "), "{out}");
+    // A client that shuts its side once the request is out is still answered.
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
     let mut out = String::new();
     let _ = s.read_to_string(&mut out);
     assert!(out.starts_with("HTTP/1.1 409 "), "{out}");

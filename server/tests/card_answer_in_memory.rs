@@ -128,7 +128,11 @@ fn a_token_answers_only_its_option_its_device_and_its_card() {
     assert_eq!(d.card_answer("c1", "session", &once), Reply::Forbidden);
     assert_eq!(d.card_answer("c1", "deny", &"A".repeat(54)), Reply::Forbidden);
     assert_eq!(d.card_answer("nope", "deny", &deny), Reply::Closed);
-    assert_eq!(d.wiring.card_answer_refusals(), 5);
+    assert_eq!(
+        d.wiring.card_answer_refusals(),
+        6,
+        "the 409 for an unknown card counts too"
+    );
     d.take_lines();
     assert!(answered_lines(&mut d).is_empty(), "nothing was applied");
     // The card is still open for its own tokens.
@@ -191,7 +195,8 @@ fn a_restart_between_the_push_and_the_button_still_answers() {
     let browser = locked(&mut d, "tel-1");
     exec_card(&mut d, "tel-1", "c1");
     let deny = token(&last_payload(&d, &browser), "deny");
-    d.advance(Duration::from_secs(20));
+    // Minutes pass (the wall clock with them), and the gateway is killed.
+    d.advance(Duration::from_secs(200));
     d.restart(true);
     d.attach_agent();
     d.take_lines();

@@ -128,10 +128,18 @@ impl Gateway {
             label,
             expired: closed.expired,
         };
-        self.outputs.push_back(Output::Notify(Notification {
+        let notification = Notification {
             device: card.device.clone(),
             event,
-        }));
+        };
+        // After the commit that keeps the closing: a crash before it leaves the card open,
+        // and its notification must not say otherwise. A failed commit sends it too: the
+        // card is closed in memory, and its buttons now answer 409.
+        if self.journal_on() {
+            self.confirm(Waiting::Notify(Box::new(notification)));
+        } else {
+            self.outputs.push_back(Output::Notify(notification));
+        }
     }
 
     /// After a `ready` without a replay: how each card closed while the device was away.

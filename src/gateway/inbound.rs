@@ -155,8 +155,11 @@ impl Gateway {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.resumed = true;
             }
-            self.send_unseen(now, conn, device, true);
-            return self.begin_replay(conn, device, after);
+            self.begin_replay(conn, device, after);
+            // Behind the replay, which carries these closings only while the journal keeps
+            // closed cards (history on: L65).
+            let replayed = self.history_on();
+            return self.send_unseen(now, conn, device, replayed);
         }
         let unsafe_seqs = self.latest_safe_seq(device) != self.latest_seq(device);
         if unsafe_seqs {

@@ -64,6 +64,8 @@ pub(super) enum Waiting {
         request: u64,
         option_id: String,
     },
+    /// A card's outcome for its notification (L66): pushed once its closing is kept.
+    Notify(Box<crate::push::Notification>),
 }
 
 /// A resume's replay, read a page at a time.
@@ -353,6 +355,7 @@ impl Gateway {
                 Waiting::Events => {}
                 Waiting::Promised(_) => {}
                 Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, true),
+                Waiting::Notify(n) => self.outputs.push_back(Output::Notify(*n)),
             }
         }
     }
@@ -391,6 +394,7 @@ impl Gateway {
                 }
                 Waiting::Events => {}
                 Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, false),
+                Waiting::Notify(n) => self.outputs.push_back(Output::Notify(*n)),
             }
         }
     }

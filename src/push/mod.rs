@@ -116,7 +116,7 @@ impl CardFacts {
         CardFacts {
             options: card.options.iter().map(|o| (o.id.clone(), o.label.clone())).collect(),
             expires_at: card.expires_at,
-            digest: card.answer_digest(),
+            digest: *card.answer_digest(),
         }
     }
 }

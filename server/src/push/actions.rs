@@ -41,39 +41,63 @@ impl NotifyActions {
 const MAX_BUTTON_CHARS: usize = 40;
 
 /// The buttons of a card of `kind` with these `(id, label)` options, in order: each an
-/// option the card has.
-pub fn buttons(mode: NotifyActions, kind: PromptKind, options: &[(String, String)]) -> Vec<(String, String)> {
-    let has = |id: &str| options.iter().any(|(o, _)| o == id);
-    let fixed = |wanted: &[(&str, &str)]| {
+/// option the card has. `labels_shown`: `MOBILE_PUSH_CONTENT=preview`; under `none` a
+/// question's choices are not shown, so they are not buttons either.
+pub fn buttons(
+    mode: NotifyActions,
+    kind: PromptKind,
+    options: &[(String, String)],
+    labels_shown: bool,
+) -> Vec<(String, String)> {
+    let ids: Vec<&str> = options.iter().map(|(id, _)| id.as_str()).collect();
+    button_ids(mode, kind, &ids, labels_shown)
+        .into_iter()
+        .map(|id| {
+            let label = match (kind, id) {
+                (PromptKind::ExecApproval, "once") => "Approve once".to_owned(),
+                (PromptKind::SlashConfirm, "once") => "Confirm".to_owned(),
+                (_, "deny") => "Deny".to_owned(),
+                (_, "cancel") => "Cancel".to_owned(),
+                _ => options
+                    .iter()
+                    .find(|(o, _)| o == id)
+                    .map_or_else(String::new, |(_, l)| cut(l)),
+            };
+            (id.to_owned(), label)
+        })
+        .collect()
+}
+
+/// Whether `option` is a button of a card of `kind` with these option ids: a token for
+/// anything else is refused.
+pub fn is_button(mode: NotifyActions, kind: PromptKind, ids: &[&str], option: &str, labels_shown: bool) -> bool {
+    button_ids(mode, kind, ids, labels_shown).contains(&option)
+}
+
+fn button_ids<'a>(mode: NotifyActions, kind: PromptKind, ids: &[&'a str], labels_shown: bool) -> Vec<&'a str> {
+    let fixed = |wanted: &[&str]| -> Vec<&'a str> {
         wanted
             .iter()
-            .filter(|(id, _)| has(id))
-            .map(|(id, label)| ((*id).to_owned(), (*label).to_owned()))
+            .filter_map(|w| ids.iter().find(|id| **id == *w).copied())
             .collect()
     };
     match (mode, kind) {
         (NotifyActions::Off, _) => Vec::new(),
-        (NotifyActions::Safe, PromptKind::ExecApproval) => fixed(&[("deny", "Deny")]),
-        (NotifyActions::Safe, PromptKind::SlashConfirm) => fixed(&[("cancel", "Cancel")]),
+        (NotifyActions::Safe, PromptKind::ExecApproval) => fixed(&["deny"]),
+        (NotifyActions::Safe, PromptKind::SlashConfirm) => fixed(&["cancel"]),
         (NotifyActions::Safe, PromptKind::Clarify) => Vec::new(),
-        (NotifyActions::All, PromptKind::ExecApproval) => fixed(&[("once", "Approve once"), ("deny", "Deny")]),
-        (NotifyActions::All, PromptKind::SlashConfirm) => fixed(&[("once", "Confirm"), ("cancel", "Cancel")]),
+        (NotifyActions::All, PromptKind::ExecApproval) => fixed(&["once", "deny"]),
+        (NotifyActions::All, PromptKind::SlashConfirm) => fixed(&["once", "cancel"]),
         (NotifyActions::All, PromptKind::Clarify) => {
-            let choices: Vec<&(String, String)> = options.iter().filter(|(id, _)| id != "other").collect();
-            if choices.len() > 2 {
-                return Vec::new(); // more than fit: the card is answered in the app
+            let choices: Vec<&'a str> = ids.iter().copied().filter(|id| *id != "other").collect();
+            // More than fit are answered in the app; so are choices a notification does not
+            // show (MOBILE_PUSH_CONTENT=none).
+            if choices.len() > 2 || !labels_shown {
+                return Vec::new();
             }
             choices
-                .into_iter()
-                .map(|(id, label)| (id.clone(), cut(label)))
-                .collect()
         }
     }
-}
-
-/// Whether `option` is a button of such a card: a token for anything else is refused.
-pub fn is_button(mode: NotifyActions, kind: PromptKind, options: &[(String, String)], option: &str) -> bool {
-    buttons(mode, kind, options).iter().any(|(id, _)| id == option)
 }
 
 fn cut(label: &str) -> String {
@@ -107,6 +131,10 @@ pub fn answer_url(base: &str) -> Option<String> {
 mod tests {
     use super::*;
 
+    fn as_ids(o: &[(String, String)]) -> Vec<&str> {
+        o.iter().map(|(id, _)| id.as_str()).collect()
+    }
+
     fn opts(ids: &[(&str, &str)]) -> Vec<(String, String)> {
         ids.iter().map(|(a, b)| ((*a).to_owned(), (*b).to_owned())).collect()
     }
@@ -125,30 +153,41 @@ mod tests {
         use NotifyActions::*;
         use PromptKind::*;
         let ids = |mode, kind, o: &[(String, String)]| -> Vec<String> {
-            buttons(mode, kind, o).into_iter().map(|(id, _)| id).collect()
+            buttons(mode, kind, o, true).into_iter().map(|(id, _)| id).collect()
         };
+
         assert_eq!(ids(Safe, ExecApproval, &exec), ["deny"]);
         assert_eq!(ids(Safe, SlashConfirm, &slash), ["cancel"]);
         assert!(ids(Safe, Clarify, &short).is_empty());
         assert_eq!(
-            buttons(All, ExecApproval, &exec),
+            buttons(All, ExecApproval, &exec, true),
             opts(&[("once", "Approve once"), ("deny", "Deny")])
         );
         assert_eq!(
-            buttons(All, SlashConfirm, &slash),
+            buttons(All, SlashConfirm, &slash, true),
             opts(&[("once", "Confirm"), ("cancel", "Cancel")])
         );
-        assert_eq!(buttons(All, Clarify, &short), opts(&[("c0", "main"), ("c1", "dev")]));
+        assert_eq!(
+            buttons(All, Clarify, &short, true),
+            opts(&[("c0", "main"), ("c1", "dev")])
+        );
+        // MOBILE_PUSH_CONTENT=none shows no choice: none is a button.
+        assert!(buttons(All, Clarify, &short, false).is_empty());
+        assert!(!is_button(All, Clarify, &as_ids(&short), "c0", false));
+        assert_eq!(buttons(All, ExecApproval, &exec, false).len(), 2);
         assert!(ids(All, Clarify, &long).is_empty());
         for kind in [ExecApproval, SlashConfirm, Clarify] {
             assert!(ids(Off, kind, &exec).is_empty());
             for o in ["session", "always", "other"] {
-                assert!(!is_button(All, kind, &exec, o) && !is_button(All, kind, &short, o));
+                assert!(
+                    !is_button(All, kind, &as_ids(&exec), o, true) && !is_button(All, kind, &as_ids(&short), o, true)
+                );
             }
         }
         // An agent that offered no deny gets no deny button.
         assert!(ids(Safe, ExecApproval, &opts(&[("once", "Once")])).is_empty());
-        assert!(is_button(Safe, ExecApproval, &exec, "deny") && !is_button(Safe, ExecApproval, &exec, "once"));
+        assert!(is_button(Safe, ExecApproval, &as_ids(&exec), "deny", true));
+        assert!(!is_button(Safe, ExecApproval, &as_ids(&exec), "once", true));
     }
 
     #[test]

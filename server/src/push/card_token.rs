@@ -10,8 +10,9 @@
 //! the card's own expiry must agree with it to within [`EXPIRY_SLACK_SECS`].
 //!
 //! Single use: a card closes at its first answer, for good (the journal keeps that), and a
-//! token used once is remembered until it expires as well, so it is refused even by a card
-//! that a failed commit reopened after a restart.
+//! token used once is remembered in memory until it expires as well. The one gap: an
+//! answer whose commit failed (the route said 500 `not_kept`) leaves the card open on disk,
+//! and after a restart its token works again (L67).
 
 use std::collections::VecDeque;
 

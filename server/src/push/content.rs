@@ -92,7 +92,7 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode, actions: No
             } else {
                 "Open the chat to answer.".to_owned()
             };
-            extra.buttons = buttons(actions, *kind, &facts.options)
+            extra.buttons = buttons(actions, *kind, &facts.options, preview)
                 .into_iter()
                 .map(|(option_id, label)| Button {
                     done: outcome(*kind, Some(&option_id), Some(&label), false, text, preview),
@@ -213,7 +213,9 @@ pub fn outcome(
         (PromptKind::SlashConfirm, Some("once")) => "Confirmed".to_owned(),
         (PromptKind::SlashConfirm, Some("always")) => "Confirmed always".to_owned(),
         (PromptKind::SlashConfirm, _) => "Cancelled".to_owned(),
-        (PromptKind::Clarify, Some(id)) if id != "other" => match label {
+        // A choice's label is what the person wrote or the agent asked: shown only with
+        // previews on, like the question itself.
+        (PromptKind::Clarify, Some(id)) if id != "other" && preview => match label {
             Some(l) => format!("Answered: {}", cut(l)),
             None => "Answered".to_owned(),
         },
@@ -439,10 +441,31 @@ mod tests {
                 text: "secret cron".into(),
             },
         ];
-        for e in events {
+        let clarify = NotifyEvent::Card {
+            prompt: PromptId("q".into()),
+            kind: PromptKind::Clarify,
+            text: "secret question".into(),
+            ttl: Duration::from_secs(60),
+            facts: hermes_mobile::push::CardFacts {
+                options: vec![("c0".into(), "secret choice".into()), ("other".into(), "Other…".into())],
+                ..Default::default()
+            },
+        };
+        let chosen = NotifyEvent::CardClosed {
+            prompt: PromptId("q".into()),
+            kind: PromptKind::Clarify,
+            text: "secret question".into(),
+            option_id: Some("c0".into()),
+            label: Some("secret choice".into()),
+            expired: false,
+        };
+        let answer = links(&[("deny", "t"), ("c0", "t")]);
+        for e in events.into_iter().chain([exec_card("rm -rf secret"), clarify, chosen]) {
             for count in [1, 3] {
                 let c = content(&e, count, ContentMode::None, NotifyActions::All);
-                let payload = String::from_utf8(web_push_payload(&c, None, None)).unwrap();
+                // With every part a payload can have: buttons, their lines, the address.
+                let payload = web_push_payload(&c, Some("https://pi.example/"), Some(&answer));
+                let payload = String::from_utf8(payload).unwrap();
                 assert!(!payload.contains("secret") && !payload.contains("rm -rf"), "{payload}");
             }
         }

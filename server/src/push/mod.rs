@@ -358,16 +358,16 @@ impl Push {
     /// option that is a button under `MOBILE_NOTIFY_ACTIONS` now, for this card's device,
     /// id and contents.
     pub fn check_answer(&self, now: Time, card: &Card, option: &str, token: &str) -> Verdict {
-        let options: Vec<(String, String)> = card.options.iter().map(|o| (o.id.clone(), o.label.clone())).collect();
-        if !actions::is_button(self.settings.actions, card.kind, &options, option) {
+        let ids: Vec<&str> = card.options.iter().map(|o| o.id.as_str()).collect();
+        let labels_shown = self.settings.content == ContentMode::Preview;
+        if !actions::is_button(self.settings.actions, card.kind, &ids, option, labels_shown) {
             return Verdict::Forbidden;
         }
-        let digest = card.answer_digest();
         let answer = card_token::Answer {
             device: card.device.as_str(),
             card: card.id.as_str(),
             option,
-            digest: &digest,
+            digest: card.answer_digest(),
         };
         let card_expires = self.wall_expiry_ms(now, card.expires_at).div_ceil(1000);
         self.tokens.check(token, answer, card_expires, (self.wall)() / 1000)

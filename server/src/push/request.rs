@@ -38,13 +38,17 @@ pub fn web_push(
         (Some(k), Some(a)) => (k, a),
         _ => return Err("the subscription's keys are not base64url".into()),
     };
-    let payload = web_push_payload(&job.content, app_url, links);
-    let body = match super::ece::encrypt(&p256dh, &auth, &payload) {
-        // A page address too long for one record: the notification opens the chat's scope,
-        // without buttons (they need the page's address).
-        Err(super::ece::EceError::TooLong) => {
-            super::ece::encrypt(&p256dh, &auth, &web_push_payload(&job.content, None, None))
+    // Too long for one record (a long page address, repeated by each button): first without
+    // the buttons, then without the address too (the notification opens the chat's scope).
+    let encrypt = |payload: Vec<u8>| super::ece::encrypt(&p256dh, &auth, &payload);
+    let body = match encrypt(web_push_payload(&job.content, app_url, links)) {
+        Err(super::ece::EceError::TooLong) if links.is_some() => {
+            match encrypt(web_push_payload(&job.content, app_url, None)) {
+                Err(super::ece::EceError::TooLong) => encrypt(web_push_payload(&job.content, None, None)),
+                other => other,
+            }
         }
+        Err(super::ece::EceError::TooLong) => encrypt(web_push_payload(&job.content, None, None)),
         other => other,
     }
     .map_err(|e| e.to_string())?;

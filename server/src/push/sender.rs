@@ -27,6 +27,9 @@ pub const MAX_JOBS: usize = 256;
 /// POSTs open at once: push shares the HTTP client (64 connections) with the agent, whose
 /// calls must never find it full because of notifications; the rest wait their turn.
 pub const MAX_IN_FLIGHT: usize = 16;
+/// Cards' pushes remembered as delivered (device, topic, endpoint), for their outcome to
+/// go where the card went (L66); the oldest is forgotten first.
+const MAX_SENT_CARDS: usize = 1024;
 /// A safety net only: retries end at the TTL (15 min apart at most: about 100 in 24 h).
 const MAX_ATTEMPTS: u32 = 128;
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
@@ -54,6 +57,9 @@ pub struct Job {
     test: Option<TestKey>,
     /// A card's outcome (L66): sent to a connected device too, and retried while it is.
     followup: bool,
+    /// A card's push whose card has closed since: not retried, so that the card never
+    /// comes back after its outcome.
+    superseded: bool,
     attempts: u32,
     /// When to (re)send; `None` while in flight or queued.
     due: Option<Time>,
@@ -132,6 +138,8 @@ pub struct Sender {
     online: std::collections::HashSet<DeviceId>,
     out: VecDeque<SendOut>,
     last_error: Option<String>,
+    /// Cards' pushes a push service took, oldest first (L66).
+    sent_cards: VecDeque<(DeviceId, String, String)>,
 }
 
 impl Sender {
@@ -149,6 +157,7 @@ impl Sender {
             online: std::collections::HashSet::new(),
             out: VecDeque::new(),
             last_error: None,
+            sent_cards: VecDeque::new(),
         }
     }
 
@@ -190,19 +199,7 @@ impl Sender {
                 let c = content(&n.event, 1, self.mode, self.actions);
                 self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy, false);
             }
-            NotifyEvent::CardClosed { prompt, .. } => {
-                // Its card's push not sent yet goes unsent; the outcome, with the same
-                // `Topic`, replaces one the push service still holds (RFC 8030 5.4).
-                let topic = topic(prompt.as_str());
-                let unsent = |j: &Job| j.due.is_some() || j.queued;
-                self.jobs.retain(|_, j| {
-                    !(j.device == n.device && j.topic.as_deref() == Some(&topic) && !j.followup && unsent(j))
-                });
-                let c = content(&n.event, 1, self.mode, self.actions);
-                let expires = now + PUSH_HOLD;
-                // Web Push only: an ntfy message is not replaced, and its buttons clear it.
-                self.fan_out(now, &n.device, subs, c, expires, Some(topic), None, false, true);
-            }
+            NotifyEvent::CardClosed { prompt, .. } => self.card_closed(now, &n, prompt.as_str(), subs),
             NotifyEvent::Test { conn, id } => self.test(now, &n, *conn, id.clone(), subs),
             NotifyEvent::Reply { .. } | NotifyEvent::Deliver { .. } => {
                 let p = self.pending.entry(n.device.clone()).or_insert_with(|| Pending {
@@ -216,6 +213,51 @@ impl Sender {
                 p.subs = subs.to_vec();
             }
         }
+    }
+
+    /// L66: the outcome goes where the card's push went or is going, with the card's
+    /// `Topic` (a push service still holding the card's push replaces it, RFC 8030 5.4).
+    /// The card's push not sent yet goes unsent, and one in flight is not retried. Web
+    /// Push only: an ntfy message is not replaced, and its buttons clear it.
+    fn card_closed(&mut self, now: Time, n: &Notification, prompt: &str, subs: &[Subscription]) {
+        let topic = topic(prompt);
+        let mut reached: Vec<String> = Vec::new();
+        self.jobs.retain(|_, j| {
+            if j.device != n.device || j.topic.as_deref() != Some(&topic) || j.followup {
+                return true;
+            }
+            if j.due.is_some() || j.queued {
+                return false; // not sent: the phone never saw the card
+            }
+            j.superseded = true;
+            if let Channel::WebPush(s) = &j.channel {
+                reached.push(s.endpoint.clone());
+            }
+            true
+        });
+        self.sent_cards.retain(|(d, t, endpoint)| {
+            let this = *d == n.device && *t == topic;
+            if this {
+                reached.push(endpoint.clone());
+            }
+            !this
+        });
+        let subs: Vec<Subscription> = subs.iter().filter(|s| reached.contains(&s.endpoint)).cloned().collect();
+        if subs.is_empty() {
+            return; // nothing shows the card: nothing to replace
+        }
+        let c = content(&n.event, 1, self.mode, self.actions);
+        self.fan_out(
+            now,
+            &n.device,
+            &subs,
+            c,
+            now + PUSH_HOLD,
+            Some(topic),
+            None,
+            false,
+            true,
+        );
     }
 
     /// One test at a time per device, so a phone cannot fill the queue with tests.
@@ -329,6 +371,7 @@ impl Sender {
                 topic: topic.clone(),
                 test: test.clone(),
                 followup,
+                superseded: false,
                 attempts: 0,
                 due: Some(now),
                 queued: false,
@@ -394,7 +437,7 @@ impl Sender {
         self.in_flight -= 1;
         let mut verdict = verdict(&answer, job, now);
         let sees_it = job.test.is_none() && !job.followup && self.online.contains(&job.device);
-        if sees_it && matches!(verdict, Verdict::Retry(_)) {
+        if (sees_it || job.superseded) && matches!(verdict, Verdict::Retry(_)) {
             verdict = Verdict::Drop; // it is connected now and sees what waited
         }
         let (device, channel, test) = (job.device.clone(), job.channel.clone(), job.test.clone());
@@ -415,7 +458,10 @@ impl Sender {
                 }
                 return self.start_queued(now);
             }
-            Verdict::Sent => log::debug!("push to device {device:?}: sent ({described})"),
+            Verdict::Sent => {
+                log::debug!("push to device {device:?}: sent ({described})");
+                self.card_sent(id);
+            }
             Verdict::Gone => {
                 log::info!("push to device {device:?}: {described}: the subscription is gone, removed");
                 self.last_error = Some(described.clone());
@@ -440,6 +486,21 @@ impl Sender {
             self.test_done(key, matches!(verdict, Verdict::Sent), described);
         }
         self.start_queued(now);
+    }
+
+    /// A card's push was taken by its push service: its outcome will go there (L66).
+    fn card_sent(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id).filter(|j| !j.followup && !j.superseded) else {
+            return;
+        };
+        let (Some(topic), Channel::WebPush(sub)) = (&job.topic, &job.channel) else {
+            return;
+        };
+        if self.sent_cards.len() >= MAX_SENT_CARDS {
+            self.sent_cards.pop_front();
+        }
+        self.sent_cards
+            .push_back((job.device.clone(), topic.clone(), sub.endpoint.clone()));
     }
 
     fn test_done(&mut self, key: TestKey, sent: bool, described: String) {

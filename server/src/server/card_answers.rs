@@ -43,14 +43,23 @@ impl Server {
     ) -> Option<Vec<u8>> {
         let public_url = self.wiring.push().and_then(|p| p.public_url()).map(str::to_owned);
         let origin = card_answer::own_origin(req.origin.as_deref(), req.host.as_deref(), public_url.as_deref());
-        let reply = |r: Reply| Some(r.response(origin.as_deref()));
+        let t = self.time(now);
+        let mut refuse = |r: Reply, why: &'static str| {
+            self.wiring.card_answer_refused(t, why);
+            Some(r.response(origin.as_deref()))
+        };
         let length = match (req.length, req.encoded) {
-            (Err(()), _) => return reply(Reply::Malformed("Content-Length is not one number")),
-            (_, true) | (Ok(None), _) => return reply(Reply::LengthRequired),
+            (Err(()), _) => {
+                return refuse(
+                    Reply::Malformed("Content-Length is not one number"),
+                    "a bad Content-Length",
+                )
+            }
+            (_, true) | (Ok(None), _) => return refuse(Reply::LengthRequired, "no Content-Length"),
             (Ok(Some(n)), false) => n,
         };
         if length > MAX_BODY_BYTES {
-            return reply(Reply::TooLarge);
+            return refuse(Reply::TooLarge, "a body over 4 KiB");
         }
         let conn = self.conns.get(key)?;
         let generation = conn.generation;
@@ -62,7 +71,10 @@ impl Server {
         }
         let body = match card_answer::parse(&head[head_len..head_len + length]) {
             Ok(body) => body,
-            Err(why) => return reply(Reply::Malformed(why)),
+            Err(why) => {
+                self.wiring.card_answer_refused(t, "a malformed body");
+                return Some(Reply::Malformed(why).response(origin.as_deref()));
+            }
         };
         let conns = &self.conns;
         self.card_answers.waiting.retain(|(_, c, _)| {
@@ -71,12 +83,12 @@ impl Server {
                 .is_some_and(|conn| conn.generation == c.generation && matches!(conn.phase(), Phase::Answer(_)))
         });
         if self.card_answers.waiting.len() >= MAX_WAITING {
-            return reply(Reply::Busy);
+            return Some(Reply::Busy.response(origin.as_deref()));
         }
         self.card_answers.next += 1;
         let request = self.card_answers.next;
-        if let Some(r) = self.wiring.handle_card_answer(self.time(now), request, &body) {
-            return reply(r);
+        if let Some(r) = self.wiring.handle_card_answer(t, request, &body) {
+            return Some(r.response(origin.as_deref()));
         }
         let at = ConnRef { key, generation };
         self.card_answers.waiting.push((request, at, origin));

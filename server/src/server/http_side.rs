@@ -134,15 +134,23 @@ impl Server {
 
     pub(super) fn on_http(&mut self, key: usize, now: Instant) {
         let Some(conn) = self.conns.get_mut(key) else { return };
-        match conn.read_head() {
-            Ok(true) => {}
-            Ok(false) => return self.kill(key, "closed before the request was complete"),
+        // A client may send its whole request and then shut its side (half-close): what it
+        // sent is still answered.
+        let ended = match conn.read_head() {
+            Ok(open) => !open,
             Err(e) => return self.kill(key, &format!("read failed: {e}")),
-        }
+        };
+        let incomplete = "closed before the request was complete";
         let Phase::Http { head, .. } = conn.phase() else { return };
         let Head::Complete { route, len, path } = http::parse(head) else {
+            if ended {
+                self.kill(key, incomplete);
+            }
             return;
         };
+        if ended && matches!(route, Route::Upgrade { .. }) {
+            return self.kill(key, incomplete);
+        }
         let leftover = head.get(len..).unwrap_or_default().to_vec();
         let (out, upgrade) = match route {
             Route::Upgrade { .. } if self.shutting_down => (
@@ -179,7 +187,19 @@ impl Server {
             },
             Route::CardAnswer(req) => match self.ask_card_answer(key, req, len, now) {
                 Some(out) => (out, None),
-                None => return, // its body is still coming, or its answer waits for a commit
+                // Its body is still coming (it never will once the client shut its side),
+                // or its answer waits for a commit.
+                None => {
+                    if ended
+                        && self
+                            .conns
+                            .get(key)
+                            .is_some_and(|c| matches!(c.phase(), Phase::Http { .. }))
+                    {
+                        self.kill(key, incomplete);
+                    }
+                    return;
+                }
             },
             Route::Asset(req) => match &self.config.web {
                 Some(web) => (web.respond(&req), None),

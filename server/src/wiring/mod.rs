@@ -300,6 +300,10 @@ impl Wiring {
     /// answered now; an answer applied comes as [`WiringIo::CardAnswered`] once kept.
     pub fn handle_card_answer(&mut self, t: Time, request: u64, body: &AnswerBody) -> Option<Reply> {
         let Some(card) = self.core.card_for_answer(t, &body.prompt_id) else {
+            let prompt = &body.prompt_id;
+            self.refusals.record(t, || {
+                format!("card {prompt:?} is not open (answered, expired or unknown)")
+            });
             return Some(Reply::Closed);
         };
         let verdict = match self.push.as_ref() {
@@ -308,7 +312,12 @@ impl Wiring {
         };
         match verdict {
             Verdict::Valid => {}
-            Verdict::Closed => return Some(Reply::Closed),
+            Verdict::Closed => {
+                let prompt = &body.prompt_id;
+                self.refusals
+                    .record(t, || format!("a token for card {prompt:?} used before, or expired"));
+                return Some(Reply::Closed);
+            }
             Verdict::Forbidden => {
                 // Peer-chosen strings escaped (L29); the token never.
                 let (device, prompt, option) = (card.device.clone(), &body.prompt_id, &body.option_id);
@@ -329,6 +338,19 @@ impl Wiring {
     /// `POST /card-answer`s refused so far.
     pub fn card_answer_refusals(&self) -> u64 {
         self.refusals.total
+    }
+
+    /// A `POST /card-answer` the route refused before it reached a card (a malformed,
+    /// unsized or too large body): counted and logged with the others.
+    pub fn card_answer_refused(&mut self, t: Time, why: &'static str) {
+        self.refusals.record(t, || why.to_owned());
+    }
+
+    /// The wall clock card tokens read (a test's, to move with its virtual time).
+    pub fn set_push_wall(&mut self, wall: fn() -> u64) {
+        if let Some(push) = self.push.as_mut() {
+            push.set_wall(wall);
+        }
     }
 
     /// A `LoadFile` is done.

@@ -35,6 +35,18 @@ pub const DEMO_STEP: Duration = Duration::from_millis(250);
 /// The agent link's one peer, once [`Driver::attach_agent`] opened it.
 pub const AGENT: PeerId = PeerId(1);
 
+thread_local! {
+    /// This test's virtual time, for the wall clock push's tokens read (each test runs on
+    /// its own thread).
+    static VIRTUAL_NOW_MS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// The wall clock as the driver's virtual time moves it: a card's token carries its
+/// expiry on the wall clock (L67), which must move with the core's clock in a test.
+fn virtual_wall() -> u64 {
+    1_800_000_000_000 + VIRTUAL_NOW_MS.with(std::cell::Cell::get)
+}
+
 /// Which agent a (re)started wiring gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AgentKind {
@@ -196,6 +208,7 @@ impl Driver {
         let mut d = Driver::new(config, agent);
         let core = Gateway::new(d.config.clone());
         d.wiring = Wiring::new(core, agent_of(agent, &d.config, 0), Some(push), true);
+        d.wiring.set_push_wall(virtual_wall);
         d.push = Some((settings, dir));
         d
     }
@@ -207,6 +220,7 @@ impl Driver {
     /// Steps the wiring until it is quiet and the journal has committed (when
     /// `auto_commit`). Bounded: a livelock fails instead of hanging.
     pub fn step(&mut self) {
+        VIRTUAL_NOW_MS.with(|c| c.set(self.now.as_millis()));
         for _ in 0..10_000 {
             let mut any = false;
             let mut sent_to = Vec::new();
@@ -300,6 +314,7 @@ impl Driver {
     pub fn card_answer(&mut self, prompt_id: &str, option_id: &str, token: &str) -> Reply {
         self.next_request += 1;
         let request = self.next_request;
+        VIRTUAL_NOW_MS.with(|c| c.set(self.now.as_millis()));
         let body = AnswerBody {
             prompt_id: prompt_id.into(),
             option_id: option_id.into(),
@@ -346,6 +361,7 @@ impl Driver {
         }
         let agent = agent_of(self.agent, &self.config, self.starts);
         self.wiring = Wiring::new(core, agent, push, true);
+        self.wiring.set_push_wall(virtual_wall);
         self.push_calls.clear();
         self.open.clear();
         self.sent.clear();

@@ -350,28 +350,54 @@ fn card_closed() -> Notification {
     }
 }
 
-// L66: a card's outcome replaces its notification: on Web Push only, with the card's
-// Topic, silently, and to a connected phone as well.
+// L66: a card's outcome replaces its notification: on Web Push only, where the card's
+// push went, with the card's Topic, silently, and to a connected phone as well.
 #[test]
-fn a_cards_outcome_replaces_its_push_and_drops_one_not_sent_yet() {
+fn a_cards_outcome_goes_only_where_its_push_went_and_ends_its_retries() {
     let mut s = Sender::new(ContentMode::Preview, true);
-    s.notify(at(0), card(90), &[sub(1)]);
+    s.notify(at(0), card(90), &[sub(1), sub(2)]);
     let first = posts(&mut s);
-    assert_eq!(first.len(), 2, "Web Push and ntfy");
-    // The Web Push one meets a 5xx and waits to be retried; ntfy's went.
-    s.answer(at(1), first[0], status(503));
-    s.answer(at(1), first[1], status(200));
-    s.device_online(&dev());
-    s.notify(at(2), card_closed(), &[sub(1)]);
+    assert_eq!(first.len(), 3, "two subscriptions and ntfy");
+    // sub(1) took it; sub(2) met a 5xx and waits for its retry; ntfy took it.
+    s.answer(at(1), first[0], status(201));
+    s.answer(at(1), first[1], status(503));
+    s.answer(at(1), first[2], status(200));
+    s.notify(at(2), card_closed(), &[sub(1), sub(2)]);
     let ids = posts(&mut s);
-    assert_eq!(ids.len(), 1, "Web Push only");
+    assert_eq!(
+        ids.len(),
+        1,
+        "sub(1) only: sub(2) never showed the card, ntfy is not replaced"
+    );
     let job = s.job(ids[0]).unwrap();
+    assert_eq!(job.channel, Channel::WebPush(sub(1)));
     assert_eq!(job.topic.as_deref(), Some(topic("c1").as_str()));
     assert!(job.content.silent && !job.content.urgent);
     assert_eq!(job.content.title, "Denied: ls");
-    // The card's own retry is gone; the outcome is retried even though the phone is online.
+    // sub(2)'s card push is never retried now; the outcome is, even once the phone is online.
+    s.device_online(&dev());
     s.answer(at(3), ids[0], status(503));
     s.handle_timeout(at(3600));
-    let retried = posts(&mut s);
-    assert_eq!(retried, vec![ids[0]], "only the outcome");
+    assert_eq!(posts(&mut s), vec![ids[0]], "only the outcome");
+}
+
+#[test]
+fn a_card_push_in_flight_when_its_card_closes_is_not_retried_and_a_card_never_shown_gets_no_outcome() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(90), &[sub(1)]);
+    let card_push = posts(&mut s);
+    s.notify(at(1), card_closed(), &[sub(1)]);
+    let outcome = posts(&mut s);
+    assert_eq!(outcome.len(), 1, "in flight: it may show");
+    s.answer(at(2), outcome[0], status(201));
+    s.answer(at(2), card_push[0], status(503));
+    s.handle_timeout(at(3600));
+    assert!(
+        posts(&mut s).is_empty(),
+        "the card must not come back after its outcome"
+    );
+    // A card whose push never went (a phone that subscribed after it) has nothing to replace.
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card_closed(), &[sub(1)]);
+    assert!(drain(&mut s).is_empty());
 }
