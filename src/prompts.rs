@@ -274,6 +274,11 @@ impl Card {
         h.finalize().into()
     }
 
+    /// How many characters [`Card::asked`] has, without copying it.
+    pub fn asked_chars(&self) -> usize {
+        self.command.as_deref().unwrap_or(&self.text).chars().count()
+    }
+
     /// What it asks: an `exec_approval`'s command, else its text (`AgentEvent`'s `asked`).
     pub fn asked(&self) -> String {
         self.command.clone().unwrap_or_else(|| self.text.clone())
@@ -366,8 +371,9 @@ const MAX_UNSEEN: usize = 1024;
 pub struct Prompts {
     open: HashMap<PromptId, Card>,
     closed: Dedup<Closed>,
-    /// Cards closed while their device had no connection, oldest first (L65).
-    unseen: VecDeque<(DeviceId, PromptId)>,
+    /// Cards closed while their device had no connection, with how, oldest first (L65):
+    /// kept apart from P4's window, which is shorter than a card may wait.
+    unseen: VecDeque<(DeviceId, PromptId, Closed)>,
     next_seq: u64,
 }
 
@@ -410,25 +416,21 @@ impl Prompts {
 
     /// A card closed while its device had no connection: it hears how after its next
     /// `ready` (L65). The oldest goes past [`MAX_UNSEEN`].
-    pub fn note_unseen(&mut self, device: &DeviceId, id: &PromptId) {
+    pub fn note_unseen(&mut self, device: &DeviceId, id: &PromptId, closed: &Closed) {
         if self.unseen.len() >= MAX_UNSEEN {
             self.unseen.pop_front();
         }
-        self.unseen.push_back((device.clone(), id.clone()));
+        self.unseen.push_back((device.clone(), id.clone(), closed.clone()));
     }
 
-    /// The `prompt_done` of each card of `device` closed while it was away, while P4's
-    /// window still remembers how; taken once.
-    pub fn take_unseen(&mut self, now: Time, device: &DeviceId) -> Vec<String> {
+    /// The `prompt_done` of each card of `device` closed while it was away; taken once.
+    pub fn take_unseen(&mut self, device: &DeviceId) -> Vec<String> {
         let mut frames = Vec::new();
-        let closed = &self.closed;
-        self.unseen.retain(|(d, id)| {
+        self.unseen.retain(|(d, id, closed)| {
             if d != device {
                 return true;
             }
-            if let Some(c) = closed.get(now, d, id.as_str()) {
-                frames.push(c.frame(id.as_str()));
-            }
+            frames.push(closed.frame(id.as_str()));
             false
         });
         frames

@@ -518,6 +518,11 @@ async function fillFromJournal(c) {
   for (const [type, d] of events) {
     if (type === 'prompt' && d.card.state === 'open' && !cards.has(d.card.id)) onPrompt({ detail: { ...d, seq: null } });
   }
+  // How cards closed while away (one answered from its notification, L65), the page's
+  // cards included: a closing already shown changes nothing, one not shown is remembered.
+  for (const [type, d] of events) {
+    if (type === 'promptdone') onPromptDone({ detail: d });
+  }
 }
 
 // After a resume: what the journal has after `after` that the replay does not carry (the

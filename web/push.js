@@ -52,11 +52,12 @@ export function explainNoPush(env, vapidKey) {
  * Which buttons a card's notification will have, in one sentence, from the gateway's
  * `ready.capabilities.push.actions` (issue 25); '' when it does not say. The owner should
  * know before turning notifications on that, with `all`, a locked phone can approve.
- * (Safari shows no buttons at all: on an iPhone or iPad home-screen app every card's
- * notification is only tapped, which opens the card. Not said here: the sentence is about
- * what the gateway allows.)
+ * Safari shows no buttons at all: on an iPhone or iPad every card's notification is only
+ * tapped, which opens the card, and the sentence says so. All buttons may also be fewer
+ * than the sentence says: a command cut short on the lock screen is never approvable there.
  */
-export function explainActions(mode) {
+export function explainActions(mode, env) {
+  if (mode && env && isIOS(env)) return 'On iPhone and iPad notifications have no buttons: tap one to open the card.';
   if (mode === 'safe') return 'Notifications can deny a command or cancel a confirmation; approving needs the app.';
   if (mode === 'all') {
     return 'Notifications can deny or cancel, and also approve once, confirm, or pick one of two answers: anyone holding your phone can press them.';
@@ -182,7 +183,7 @@ export function initPush({ getClient, notice }) {
     const client = getClient();
     const ready = client && client.ready;
     const why = explainNoPush(browserEnv(), ready ? client.webPushKey : null);
-    const state = renderControl(ui, { why, on, busy, note: explainActions(ready ? client.notifyActions : '') });
+    const state = renderControl(ui, { why, on, busy, note: explainActions(ready ? client.notifyActions : '', browserEnv()) });
     const open = expanded !== null ? expanded : state !== 'on' && hiddenStore.get() !== '1';
     ui.panel.hidden = !visible || !open;
     ui.button.hidden = !visible || open;

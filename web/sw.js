@@ -76,6 +76,8 @@ function withTimeout(promise, ms) {
 // ---- notifications ------------------------------------------------------------------------
 
 const KINDS = ['card', 'reply', 'deliver', 'test'];
+// How long a button's answer may take before the card is opened in the app instead.
+const ANSWER_TIMEOUT_MS = 5000;
 
 /**
  * What a push payload asks to show: {title, body, tag, actions, silent, data}, with
@@ -116,7 +118,7 @@ function readPush(data) {
     tag: str(n.tag),
     actions,
     silent: n.silent === true, // a card's outcome replacing its notification: no sound
-    data: { ...item, navigate, tag: str(n.tag), answer: readAnswer(h.answer) },
+    data: { ...item, navigate, tag: str(n.tag), title: str(n.title), answer: readAnswer(h.answer) },
   };
 }
 
@@ -210,10 +212,13 @@ async function answerFromNotification(d, action) {
       headers: { 'Content-Type': 'application/json' },
       body: JSON.stringify({ prompt_id: d.id, option_id: action, token }),
       credentials: 'omit', // the token is the whole authority; no cookie goes with it
+      redirect: 'error', // never carried on to wherever a proxy in front points
+      // A browser lets the worker open a window only for a few seconds after the press.
+      signal: AbortSignal.timeout(ANSWER_TIMEOUT_MS),
     });
     status = res.status;
   } catch {
-    return openFromNotification(d); // no network: the app shows the card when it can
+    return notSent(d); // no network, or too slow: the app shows the card when it can
   }
   if (status === 200) return showOutcome(d, a.done[action] || 'Answered');
   if (status === 409) {
@@ -224,7 +229,17 @@ async function answerFromNotification(d, action) {
     if (now.some((n) => !(n.data && n.data.answer))) return;
     return showOutcome(d, a.expires !== null && Date.now() >= a.expires ? 'Expired' : 'Already answered');
   }
-  return openFromNotification(d); // 403 (not this device's token), 5xx…: answered in the app
+  return notSent(d); // 403 (not this device's token), 5xx…: answered in the app
+}
+
+// The press did not answer the card: the notification (closed by the press) comes back, so
+// that the card is not lost if the app cannot be opened from here (the browser's window
+// for that may have passed), and the app is opened on it.
+async function notSent(d) {
+  await show(d.title || 'Hermes', 'Not sent: tap to open the card.', d.tag, [], true, { ...d, answer: null });
+  try {
+    await openFromNotification(d);
+  } catch { /* not allowed any more: the notification above opens it */ }
 }
 
 // The card's notification replaced by one quiet line, without buttons; a tap opens the card.

@@ -267,3 +267,31 @@ fn ntfy_gets_the_buttons_as_http_actions_only_with_a_public_url() {
         assert_eq!((status, answer), (200, json!({"option_id":"cancel"})), "{raw}");
     }
 }
+
+#[test]
+fn a_card_answered_in_the_app_replaces_its_notification_on_the_lock_screen() {
+    let setup = Setup::new();
+    let server = setup.gateway(temp_dir("card-answer-app"), &[]);
+    let p = card_for_locked_phone(&setup, &server, "tel-1", "card", 0);
+    let card = p["hermes"]["id"].as_str().unwrap().to_owned();
+    // The phone opens the app and answers there; the notification still on its lock
+    // screen (another of its browsers) is replaced, quietly, with how.
+    let mut c = Client::hello(&server, "tel-1");
+    assert_eq!(c.until("prompt").pop().unwrap()["id"], card.as_str());
+    c.send(json!({"t":"prompt","prompt_id":card,"option_id":"once"}));
+    assert_eq!(c.until("prompt_done").pop().unwrap()["option_id"], "once");
+    let pushes = setup.service.wait_for(2, Duration::from_secs(10));
+    let (first, second) = (&pushes[0], &pushes[1]);
+    assert_eq!(second.problem, None, "{second:#?}");
+    let outcome = second.payload.as_ref().unwrap();
+    assert_eq!(outcome["notification"]["tag"], p["notification"]["tag"]);
+    assert_eq!(outcome["notification"]["silent"], true);
+    assert_eq!(outcome["notification"]["title"], "Approved once: rm -rf /tmp/x");
+    assert!(outcome["notification"].get("actions").is_none());
+    assert_eq!(
+        second.header("Topic"),
+        first.header("Topic"),
+        "it replaces one still held"
+    );
+    assert_eq!(second.header("Urgency"), Some("normal"));
+}

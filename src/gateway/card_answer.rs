@@ -77,7 +77,7 @@ impl Gateway {
         // `ready` (L65).
         match self.devices.get(&card.device).and_then(|d| d.conn) {
             Some(conn) => self.send_after_commit(conn, stamp(vec![closed.frame(prompt_id)], seq).remove(0)),
-            None => self.prompts.note_unseen(&card.device, &card.id),
+            None => self.prompts.note_unseen(&card.device, &card.id, &closed),
         }
         self.push_card_closed(&card, &closed);
         let option_id = applied.option_id;
@@ -104,7 +104,7 @@ impl Gateway {
     /// hears of it after its next `ready` (L65, L66).
     pub(super) fn card_closed(&mut self, card: &Card, closed: &Closed) {
         if self.devices.get(&card.device).and_then(|d| d.conn).is_none() {
-            self.prompts.note_unseen(&card.device, &card.id);
+            self.prompts.note_unseen(&card.device, &card.id, closed);
         }
         self.push_card_closed(card, closed);
     }
@@ -144,8 +144,8 @@ impl Gateway {
 
     /// After a `ready` without a replay: how each card closed while the device was away.
     /// A replay carries those closings itself, so they are dropped then.
-    pub(super) fn send_unseen(&mut self, now: Time, conn: crate::ids::ConnId, device: &DeviceId, replay: bool) {
-        let frames = self.prompts.take_unseen(now, device);
+    pub(super) fn send_unseen(&mut self, conn: crate::ids::ConnId, device: &DeviceId, replay: bool) {
+        let frames = self.prompts.take_unseen(device);
         if !replay {
             for frame in frames {
                 self.send(conn, frame);

@@ -159,7 +159,7 @@ impl Gateway {
             // Behind the replay, which carries these closings only while the journal keeps
             // closed cards (history on: L65).
             let replayed = self.history_on();
-            return self.send_unseen(now, conn, device, replayed);
+            return self.send_unseen(conn, device, replayed);
         }
         let unsafe_seqs = self.latest_safe_seq(device) != self.latest_seq(device);
         if unsafe_seqs {
@@ -177,7 +177,7 @@ impl Gateway {
         for frame in cards {
             self.send(conn, frame);
         }
-        self.send_unseen(now, conn, device, false);
+        self.send_unseen(conn, device, false);
         match self.conns.get_mut(&conn) {
             Some(c) if unsafe_seqs => c.hold_on_release = true,
             _ => self.flush_hold(conn, device),

@@ -192,6 +192,9 @@ def test_deny_from_the_notification(make_app, push_setup):  # noqa: F811 (the fi
     refused = press(phone, "card-na-2", "deny", forged)
     assert [x["status"] for x in refused["fetched"]] == [403], refused
     assert refused["opened"] == [gw.base + "/#card=na-2"], refused
+    # The press closed the notification; it comes back without buttons, so the card is not
+    # lost if the app cannot be opened from here.
+    assert [n["body"] for n in refused["shown"]] == ["Not sent: tap to open the card."], refused
     got = press(phone, "card-na-2", "deny")
     assert [x["status"] for x in got["fetched"]] == [200] and got["opened"] == [], got
     assert [n["title"] for n in got["shown"]] == ["Denied: make clean"], got

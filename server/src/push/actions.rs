@@ -40,17 +40,32 @@ impl NotifyActions {
 /// A clarify choice's label on a button, in characters.
 const MAX_BUTTON_CHARS: usize = 40;
 
+/// Whether a notification shows the whole of what a card would approve (L67): previews on
+/// (`MOBILE_PUSH_CONTENT=preview`), no hidden character (L49), the command or question
+/// not cut short, and no choice's label cut on its button. Without it, `all` offers only
+/// what `safe` does: a button never approves what the lock screen did not show.
+pub fn approvals_shown<'a>(
+    preview: bool,
+    hidden: bool,
+    asked_chars: usize,
+    mut labels: impl Iterator<Item = &'a str>,
+) -> bool {
+    preview
+        && !hidden
+        && asked_chars <= super::content::PREVIEW_CHARS
+        && labels.all(|l| l.trim().chars().count() <= MAX_BUTTON_CHARS)
+}
+
 /// The buttons of a card of `kind` with these `(id, label)` options, in order: each an
-/// option the card has. `labels_shown`: `MOBILE_PUSH_CONTENT=preview`; under `none` a
-/// question's choices are not shown, so they are not buttons either.
+/// option the card has. `approvals`: [`approvals_shown`].
 pub fn buttons(
     mode: NotifyActions,
     kind: PromptKind,
     options: &[(String, String)],
-    labels_shown: bool,
+    approvals: bool,
 ) -> Vec<(String, String)> {
     let ids: Vec<&str> = options.iter().map(|(id, _)| id.as_str()).collect();
-    button_ids(mode, kind, &ids, labels_shown)
+    button_ids(mode, kind, &ids, approvals)
         .into_iter()
         .map(|id| {
             let label = match (kind, id) {
@@ -70,11 +85,15 @@ pub fn buttons(
 
 /// Whether `option` is a button of a card of `kind` with these option ids: a token for
 /// anything else is refused.
-pub fn is_button(mode: NotifyActions, kind: PromptKind, ids: &[&str], option: &str, labels_shown: bool) -> bool {
-    button_ids(mode, kind, ids, labels_shown).contains(&option)
+pub fn is_button(mode: NotifyActions, kind: PromptKind, ids: &[&str], option: &str, approvals: bool) -> bool {
+    button_ids(mode, kind, ids, approvals).contains(&option)
 }
 
-fn button_ids<'a>(mode: NotifyActions, kind: PromptKind, ids: &[&'a str], labels_shown: bool) -> Vec<&'a str> {
+fn button_ids<'a>(mode: NotifyActions, kind: PromptKind, ids: &[&'a str], approvals: bool) -> Vec<&'a str> {
+    let mode = match mode {
+        NotifyActions::All if !approvals => NotifyActions::Safe,
+        other => other,
+    };
     let fixed = |wanted: &[&str]| -> Vec<&'a str> {
         wanted
             .iter()
@@ -90,9 +109,8 @@ fn button_ids<'a>(mode: NotifyActions, kind: PromptKind, ids: &[&'a str], labels
         (NotifyActions::All, PromptKind::SlashConfirm) => fixed(&["once", "cancel"]),
         (NotifyActions::All, PromptKind::Clarify) => {
             let choices: Vec<&'a str> = ids.iter().copied().filter(|id| *id != "other").collect();
-            // More than fit are answered in the app; so are choices a notification does not
-            // show (MOBILE_PUSH_CONTENT=none).
-            if choices.len() > 2 || !labels_shown {
+            // More than fit are answered in the app.
+            if choices.len() > 2 {
                 return Vec::new();
             }
             choices
@@ -171,10 +189,30 @@ mod tests {
             buttons(All, Clarify, &short, true),
             opts(&[("c0", "main"), ("c1", "dev")])
         );
-        // MOBILE_PUSH_CONTENT=none shows no choice: none is a button.
+        // A notification that does not show the whole of it approves nothing: `all` is `safe`.
         assert!(buttons(All, Clarify, &short, false).is_empty());
         assert!(!is_button(All, Clarify, &as_ids(&short), "c0", false));
-        assert_eq!(buttons(All, ExecApproval, &exec, false).len(), 2);
+        assert_eq!(buttons(All, ExecApproval, &exec, false), opts(&[("deny", "Deny")]));
+        assert!(!is_button(All, SlashConfirm, &as_ids(&slash), "once", false));
+        assert!(is_button(All, SlashConfirm, &as_ids(&slash), "cancel", false));
+        let too_long = "x".repeat(41);
+        assert!(approvals_shown(true, false, 140, ["main", "dev"].into_iter()));
+        assert!(
+            !approvals_shown(false, false, 10, std::iter::empty()),
+            "MOBILE_PUSH_CONTENT=none"
+        );
+        assert!(
+            !approvals_shown(true, true, 10, std::iter::empty()),
+            "hidden characters"
+        );
+        assert!(
+            !approvals_shown(true, false, 141, std::iter::empty()),
+            "a command cut short"
+        );
+        assert!(
+            !approvals_shown(true, false, 10, [too_long.as_str()].into_iter()),
+            "a choice cut short"
+        );
         assert!(ids(All, Clarify, &long).is_empty());
         for kind in [ExecApproval, SlashConfirm, Clarify] {
             assert!(ids(Off, kind, &exec).is_empty());

@@ -7,7 +7,7 @@ use hermes_mobile::push::NotifyEvent;
 use hermes_mobile::{PromptKind, Time};
 use serde_json::json;
 
-use super::actions::{buttons, NotifyActions};
+use super::actions::{approvals_shown, buttons, NotifyActions};
 
 /// The preview's length, in characters.
 pub const PREVIEW_CHARS: usize = 140;
@@ -92,7 +92,13 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode, actions: No
             } else {
                 "Open the chat to answer.".to_owned()
             };
-            extra.buttons = buttons(actions, *kind, &facts.options, preview)
+            let labels = facts
+                .options
+                .iter()
+                .filter(|(id, _)| id != "other")
+                .map(|(_, l)| l.as_str());
+            let approvals = approvals_shown(preview, facts.hidden, facts.asked_chars, labels);
+            extra.buttons = buttons(actions, *kind, &facts.options, approvals)
                 .into_iter()
                 .map(|(option_id, label)| Button {
                     done: outcome(*kind, Some(&option_id), Some(&label), false, text, preview),
@@ -330,6 +336,8 @@ mod tests {
                 options: options.iter().map(|o| (o.to_string(), o.to_uppercase())).collect(),
                 expires_at: Time::from_secs(60),
                 digest: [3; 32],
+                asked_chars: text.chars().count(),
+                hidden: false,
             },
         }
     }

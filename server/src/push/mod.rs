@@ -359,8 +359,15 @@ impl Push {
     /// id and contents.
     pub fn check_answer(&self, now: Time, card: &Card, option: &str, token: &str) -> Verdict {
         let ids: Vec<&str> = card.options.iter().map(|o| o.id.as_str()).collect();
-        let labels_shown = self.settings.content == ContentMode::Preview;
-        if !actions::is_button(self.settings.actions, card.kind, &ids, option, labels_shown) {
+        // As `content` decided when it made the buttons: from the same card, the same way.
+        let preview = self.settings.content == ContentMode::Preview;
+        let labels = card
+            .options
+            .iter()
+            .filter(|o| o.id != "other")
+            .map(|o| o.label.as_str());
+        let approvals = actions::approvals_shown(preview, card.hidden_chars(), card.asked_chars(), labels);
+        if !actions::is_button(self.settings.actions, card.kind, &ids, option, approvals) {
             return Verdict::Forbidden;
         }
         let answer = card_token::Answer {

@@ -188,6 +188,8 @@ mod tests {
             options: options.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
             expires_at: Time::from_secs(60),
             digest: [0; 32],
+            asked_chars: 12,
+            hidden: false,
         };
         let event = NotifyEvent::Card {
             prompt: PromptId("c'1".into()),

@@ -140,6 +140,9 @@ pub struct Sender {
     last_error: Option<String>,
     /// Cards' pushes a push service took, oldest first (L66).
     sent_cards: VecDeque<(DeviceId, String, String)>,
+    /// Cards this run notified (device, topic), oldest first: a card closing that is not
+    /// here was notified before a restart, and its outcome goes to every subscription.
+    notified_cards: VecDeque<(DeviceId, String)>,
 }
 
 impl Sender {
@@ -158,6 +161,7 @@ impl Sender {
             out: VecDeque::new(),
             last_error: None,
             sent_cards: VecDeque::new(),
+            notified_cards: VecDeque::new(),
         }
     }
 
@@ -196,6 +200,11 @@ impl Sender {
             NotifyEvent::Card { prompt, ttl, .. } => {
                 let expires = now + (*ttl).min(PUSH_HOLD);
                 let topic = Some(topic(prompt.as_str()));
+                if self.notified_cards.len() >= MAX_SENT_CARDS {
+                    self.notified_cards.pop_front();
+                }
+                self.notified_cards
+                    .push_back((n.device.clone(), topic.clone().unwrap_or_default()));
                 let c = content(&n.event, 1, self.mode, self.actions);
                 self.fan_out(now, &n.device, subs, c, expires, topic, None, self.ntfy, false);
             }
@@ -215,7 +224,8 @@ impl Sender {
         }
     }
 
-    /// L66: the outcome goes where the card's push went or is going, with the card's
+    /// L66: the outcome goes where the card's push went or is going (for a card notified
+    /// before a restart, which this run cannot know, to every subscription), with the card's
     /// `Topic` (a push service still holding the card's push replaces it, RFC 8030 5.4).
     /// The card's push not sent yet goes unsent, and one in flight is not retried. Web
     /// Push only: an ntfy message is not replaced, and its buttons clear it.
@@ -242,7 +252,15 @@ impl Sender {
             }
             !this
         });
-        let subs: Vec<Subscription> = subs.iter().filter(|s| reached.contains(&s.endpoint)).cloned().collect();
+        let before = self.notified_cards.len();
+        self.notified_cards.retain(|(d, t)| !(*d == n.device && *t == topic));
+        let this_run = self.notified_cards.len() < before;
+        // A card notified before a restart may show on any of the device's subscriptions.
+        let subs: Vec<Subscription> = subs
+            .iter()
+            .filter(|s| !this_run || reached.contains(&s.endpoint))
+            .cloned()
+            .collect();
         if subs.is_empty() {
             return; // nothing shows the card: nothing to replace
         }
