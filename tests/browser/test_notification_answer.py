@@ -195,7 +195,9 @@ def test_deny_from_the_notification(make_app, push_setup):  # noqa: F811 (the fi
     # The press closed the notification; it comes back without buttons, so the card is not
     # lost if the app cannot be opened from here.
     assert [n["body"] for n in refused["shown"]] == ["Not sent: tap to open the card."], refused
-    got = press(phone, "card-na-2", "deny")
+    assert [n["actions"] for n in refused["shown"]] == [[]], "its buttons never worked here"
+    # The notification as it came, pressed again with the gateway's own token.
+    got = press(phone, "card-na-2", "deny", data2)
     assert [x["status"] for x in got["fetched"]] == [200] and got["opened"] == [], got
     assert [n["title"] for n in got["shown"]] == ["Denied: make clean"], got
     answered = agent.wait_for("prompt_answered", device=device, prompt="na-2")

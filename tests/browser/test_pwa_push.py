@@ -249,7 +249,7 @@ def test_push_shows_a_notification(make_app, server):
     assert len(shown) == 1, shown
     n = shown[0]
     assert (n["title"], n["body"], n["tag"]) == ("Approve command", "ls -la", "card-p-1"), n
-    assert n["data"] == {"kind": "card", "id": "p-1", "navigate": base + "/#card=p-1", "tag": "card-p-1", "answer": None}, n
+    assert n["data"] == {"kind": "card", "id": "p-1", "navigate": base + "/#card=p-1", "tag": "card-p-1", "title": "Approve command", "answer": None}, n
 
     # The same tag replaces the notification instead of adding one.
     cdp.send("ServiceWorker.deliverPushMessage", {"origin": base, "registrationId": reg_id, "data": json.dumps(declarative)})
@@ -263,7 +263,7 @@ def test_push_shows_a_notification(make_app, server):
     # brings that card into view all the same.
     only_navigate = {"web_push": 8030, "notification": {"title": "T", "body": "B", "navigate": base + "/#card=p%202"}}
     shown = push_and_read(page, cdp, reg_id, base, json.dumps(only_navigate))
-    assert shown[0]["data"] == {"kind": "card", "id": "p 2", "navigate": base + "/#card=p%202", "tag": "", "answer": None}, shown
+    assert shown[0]["data"] == {"kind": "card", "id": "p 2", "navigate": base + "/#card=p%202", "tag": "", "title": "T", "answer": None}, shown
 
     # Plain text is shown as it is.
     shown = push_and_read(page, cdp, reg_id, base, "the build finished")
