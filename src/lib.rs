@@ -46,6 +46,7 @@ pub mod chunking;
 pub mod client;
 pub mod config;
 mod dedup;
+pub mod devices;
 pub mod gateway;
 pub mod hidden;
 mod hold;
