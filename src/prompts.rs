@@ -38,8 +38,45 @@ pub struct Card {
     /// [`Card::answer_digest`], made once: a button's token is checked against it on every
     /// `POST /card-answer`, and a card's text may be megabytes.
     digest: [u8; 32],
+    /// [`Card::display`], made once for the same reason.
+    display: Display,
     /// Opening order, so a reconnecting device sees its cards in the order they were asked.
     seq: u64,
+}
+
+/// How a card reads on a lock screen (issue 25, L67), made once with the card: whether a
+/// notification can show the whole of what a button would approve.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Display {
+    /// Characters it asks: an `exec_approval`'s command, else its text.
+    pub asked_chars: usize,
+    /// The longest option label, in characters.
+    pub longest_label: usize,
+    /// Nothing in what it asks or in a label that a notification may not show as it is: no
+    /// hidden character (L49), no line break or tab (a collapsed notification shows the
+    /// first line), no run of spaces and no blank-looking letter (which push the rest out
+    /// of sight).
+    pub plain: bool,
+}
+
+impl Display {
+    fn of(asked: &str, labels: &[CardOption], hidden: bool) -> Display {
+        fn plain(s: &str) -> bool {
+            !s.contains(['\n', '\r', '\t'])
+                && !s.contains("  ")
+                && !s.chars().any(|c| {
+                    matches!(
+                        c,
+                        '\u{3164}' | '\u{2800}' | '\u{115F}' | '\u{1160}' | '\u{FFA0}' | '\u{00A0}'
+                    )
+                })
+        }
+        Display {
+            asked_chars: asked.chars().count(),
+            longest_label: labels.iter().map(|o| o.label.trim().chars().count()).max().unwrap_or(0),
+            plain: !hidden && plain(asked) && labels.iter().all(|o| plain(o.label.trim())),
+        }
+    }
 }
 
 /// How a card was closed, kept for repeated answers (P4).
@@ -155,6 +192,7 @@ impl Card {
             journal_seq: 0,
             notified: false,
             digest: [0; 32],
+            display: Display::default(),
             seq: 0,
         }
         .digested())
@@ -200,6 +238,7 @@ impl Card {
                 journal_seq,
                 notified: body.notified,
                 digest: [0; 32],
+                display: Display::default(),
                 seq: 0,
             }
             .digested(),
@@ -246,7 +285,14 @@ impl Card {
 
     fn digested(mut self) -> Card {
         self.digest = self.compute_digest();
+        let asked = self.command.as_deref().unwrap_or(&self.text);
+        self.display = Display::of(asked, &self.options, self.hidden_chars());
         self
+    }
+
+    /// How it reads on a lock screen ([`Display`]).
+    pub fn display(&self) -> Display {
+        self.display
     }
 
     fn compute_digest(&self) -> [u8; 32] {
@@ -272,11 +318,6 @@ impl Card {
             field(&mut h, Some(&o.label));
         }
         h.finalize().into()
-    }
-
-    /// How many characters [`Card::asked`] has, without copying it.
-    pub fn asked_chars(&self) -> usize {
-        self.command.as_deref().unwrap_or(&self.text).chars().count()
     }
 
     /// What it asks: an `exec_approval`'s command, else its text (`AgentEvent`'s `asked`).
@@ -392,6 +433,9 @@ impl Prompts {
     }
 
     pub fn insert(&mut self, mut card: Card) {
+        // A closing the device has not heard of belongs to the card that closed, never to
+        // a new one under the same id.
+        self.unseen.retain(|(d, id, _)| !(*d == card.device && *id == card.id));
         card.seq = self.next_seq;
         self.next_seq += 1;
         self.open.insert(card.id.clone(), card);

@@ -293,3 +293,16 @@ fn a_cards_outcome_is_pushed_only_once_its_closing_is_kept() {
     h.commit();
     assert_eq!(closings(&mut h).len(), 1);
 }
+
+#[test]
+fn a_closing_never_heard_of_is_not_told_to_a_new_card_under_the_same_id() {
+    let mut h = Harness::with_config(config());
+    subscribed_and_gone(&mut h, "tel-1");
+    h.agent(exec_card("tel-1", "c1"));
+    h.advance_ms(301_000); // expires while the phone is away
+                           // Long after P4's window, the agent asks again under the same id.
+    h.advance_ms(20 * 60 * 1000);
+    h.agent(exec_card("tel-1", "c1"));
+    let (_, frames) = h.connect_frames("tel-1");
+    assert_eq!(Harness::types(&frames), ["ready", "prompt"], "{frames:?}");
+}

@@ -236,6 +236,11 @@ async function answerFromNotification(d, action) {
 // that the card is not lost if the app cannot be opened from here (the browser's window
 // for that may have passed), and the app is opened on it.
 async function notSent(d) {
+  // The answer may have gone through after all (an answer lost on the way back): the
+  // gateway's push of how the card closed (a notification of it without buttons) says
+  // more than this, and stays.
+  const now = d.tag ? await self.registration.getNotifications({ tag: d.tag }) : [];
+  if (now.some((n) => !(n.data && n.data.answer))) return;
   await show(d.title || 'Hermes', 'Not sent: tap to open the card.', d.tag, [], true, { ...d, answer: null });
   try {
     await openFromNotification(d);

@@ -109,11 +109,9 @@ pub struct CardFacts {
     pub expires_at: Time,
     /// [`crate::prompts::Card::answer_digest`]: what the person reads on it.
     pub digest: [u8; 32],
-    /// Characters it asks: an `exec_approval`'s command, else its text. A notification
-    /// that cuts it short may not offer to approve it (L67).
-    pub asked_chars: usize,
-    /// It holds characters the person cannot see (L49): nothing on a lock screen approves it.
-    pub hidden: bool,
+    /// How it reads on a lock screen: a notification that cannot show the whole of it may
+    /// not offer to approve it (L67).
+    pub display: crate::prompts::Display,
 }
 
 impl CardFacts {
@@ -122,8 +120,7 @@ impl CardFacts {
             options: card.options.iter().map(|o| (o.id.clone(), o.label.clone())).collect(),
             expires_at: card.expires_at,
             digest: *card.answer_digest(),
-            asked_chars: card.asked_chars(),
-            hidden: card.hidden_chars(),
+            display: card.display(),
         }
     }
 }

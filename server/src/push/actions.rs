@@ -4,6 +4,7 @@
 //! usual limit), and `session` or `always` never, since a lock screen shows too little to
 //! grant more than one run.
 
+use hermes_mobile::prompts::Display;
 use hermes_mobile::PromptKind;
 
 /// `MOBILE_NOTIFY_ACTIONS`.
@@ -37,23 +38,21 @@ impl NotifyActions {
     }
 }
 
-/// A clarify choice's label on a button, in characters.
-const MAX_BUTTON_CHARS: usize = 40;
+/// A label a button shows whole, in characters (Android shortens a button of two to about
+/// twenty).
+const MAX_BUTTON_CHARS: usize = 20;
 
 /// Whether a notification shows the whole of what a card would approve (L67): previews on
-/// (`MOBILE_PUSH_CONTENT=preview`), no hidden character (L49), the command or question
-/// not cut short, and no choice's label cut on its button. Without it, `all` offers only
-/// what `safe` does: a button never approves what the lock screen did not show.
-pub fn approvals_shown<'a>(
-    preview: bool,
-    hidden: bool,
-    asked_chars: usize,
-    mut labels: impl Iterator<Item = &'a str>,
-) -> bool {
+/// (`MOBILE_PUSH_CONTENT=preview`), the card plain ([`Display::plain`]: no hidden
+/// character, line break, tab, run of spaces or blank-looking letter), the command or
+/// question within the preview, and each label within what a button shows. Without it,
+/// `all` offers only what `safe` does: a button never approves what the lock screen did not
+/// show. Made from values kept with the card: no work in its size.
+pub fn approvals_shown(preview: bool, display: Display) -> bool {
     preview
-        && !hidden
-        && asked_chars <= super::content::PREVIEW_CHARS
-        && labels.all(|l| l.trim().chars().count() <= MAX_BUTTON_CHARS)
+        && display.plain
+        && display.asked_chars <= super::content::PREVIEW_CHARS
+        && display.longest_label <= MAX_BUTTON_CHARS
 }
 
 /// The buttons of a card of `kind` with these `(id, label)` options, in order: each an
@@ -195,24 +194,19 @@ mod tests {
         assert_eq!(buttons(All, ExecApproval, &exec, false), opts(&[("deny", "Deny")]));
         assert!(!is_button(All, SlashConfirm, &as_ids(&slash), "once", false));
         assert!(is_button(All, SlashConfirm, &as_ids(&slash), "cancel", false));
-        let too_long = "x".repeat(41);
-        assert!(approvals_shown(true, false, 140, ["main", "dev"].into_iter()));
+        let display = |asked_chars, longest_label, plain| Display {
+            asked_chars,
+            longest_label,
+            plain,
+        };
+        assert!(approvals_shown(true, display(140, 20, true)));
         assert!(
-            !approvals_shown(false, false, 10, std::iter::empty()),
+            !approvals_shown(false, display(10, 4, true)),
             "MOBILE_PUSH_CONTENT=none"
         );
-        assert!(
-            !approvals_shown(true, true, 10, std::iter::empty()),
-            "hidden characters"
-        );
-        assert!(
-            !approvals_shown(true, false, 141, std::iter::empty()),
-            "a command cut short"
-        );
-        assert!(
-            !approvals_shown(true, false, 10, [too_long.as_str()].into_iter()),
-            "a choice cut short"
-        );
+        assert!(!approvals_shown(true, display(10, 4, false)), "not plain");
+        assert!(!approvals_shown(true, display(141, 4, true)), "a command cut short");
+        assert!(!approvals_shown(true, display(10, 21, true)), "a choice cut short");
         assert!(ids(All, Clarify, &long).is_empty());
         for kind in [ExecApproval, SlashConfirm, Clarify] {
             assert!(ids(Off, kind, &exec).is_empty());

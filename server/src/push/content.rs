@@ -92,12 +92,7 @@ pub fn content(event: &NotifyEvent, count: usize, mode: ContentMode, actions: No
             } else {
                 "Open the chat to answer.".to_owned()
             };
-            let labels = facts
-                .options
-                .iter()
-                .filter(|(id, _)| id != "other")
-                .map(|(_, l)| l.as_str());
-            let approvals = approvals_shown(preview, facts.hidden, facts.asked_chars, labels);
+            let approvals = approvals_shown(preview, facts.display);
             extra.buttons = buttons(actions, *kind, &facts.options, approvals)
                 .into_iter()
                 .map(|(option_id, label)| Button {
@@ -336,8 +331,11 @@ mod tests {
                 options: options.iter().map(|o| (o.to_string(), o.to_uppercase())).collect(),
                 expires_at: Time::from_secs(60),
                 digest: [3; 32],
-                asked_chars: text.chars().count(),
-                hidden: false,
+                display: hermes_mobile::prompts::Display {
+                    asked_chars: text.chars().count(),
+                    longest_label: 6,
+                    plain: true,
+                },
             },
         }
     }

@@ -358,18 +358,7 @@ impl Push {
     /// option that is a button under `MOBILE_NOTIFY_ACTIONS` now, for this card's device,
     /// id and contents.
     pub fn check_answer(&self, now: Time, card: &Card, option: &str, token: &str) -> Verdict {
-        let ids: Vec<&str> = card.options.iter().map(|o| o.id.as_str()).collect();
-        // As `content` decided when it made the buttons: from the same card, the same way.
-        let preview = self.settings.content == ContentMode::Preview;
-        let labels = card
-            .options
-            .iter()
-            .filter(|o| o.id != "other")
-            .map(|o| o.label.as_str());
-        let approvals = actions::approvals_shown(preview, card.hidden_chars(), card.asked_chars(), labels);
-        if !actions::is_button(self.settings.actions, card.kind, &ids, option, approvals) {
-            return Verdict::Forbidden;
-        }
+        // The token first: one HMAC over values kept with the card, whatever its size.
         let answer = card_token::Answer {
             device: card.device.as_str(),
             card: card.id.as_str(),
@@ -377,7 +366,15 @@ impl Push {
             digest: card.answer_digest(),
         };
         let card_expires = self.wall_expiry_ms(now, card.expires_at).div_ceil(1000);
-        self.tokens.check(token, answer, card_expires, (self.wall)() / 1000)
+        let verdict = self.tokens.check(token, answer, card_expires, (self.wall)() / 1000);
+        // Then whether it is a button now, as `content` decided when it made the buttons:
+        // from the same card, the same way (a changed MOBILE_NOTIFY_ACTIONS ends some).
+        let ids: Vec<&str> = card.options.iter().map(|o| o.id.as_str()).collect();
+        let approvals = actions::approvals_shown(self.settings.content == ContentMode::Preview, card.display());
+        if verdict == Verdict::Valid && !actions::is_button(self.settings.actions, card.kind, &ids, option, approvals) {
+            return Verdict::Forbidden;
+        }
+        verdict
     }
 
     /// A token was used: refused from now on.

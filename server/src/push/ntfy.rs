@@ -123,10 +123,15 @@ pub fn request(
 /// with a quote or separator) gets no button: the card is answered in the app.
 fn actions_header(job: &Job, links: &AnswerLinks) -> Option<String> {
     let card = job.content.card.as_ref()?;
+    // The URL is unquoted in the header: one with a separator or a quote gets no buttons.
+    if links.url.contains([',', ';', '\'', '"']) {
+        return None;
+    }
     let actions: Vec<String> = job
         .content
         .buttons
         .iter()
+        .filter(|b| !b.label.trim().is_empty())
         .filter(|b| {
             b.label
                 .bytes()
@@ -188,8 +193,11 @@ mod tests {
             options: options.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect(),
             expires_at: Time::from_secs(60),
             digest: [0; 32],
-            asked_chars: 12,
-            hidden: false,
+            display: hermes_mobile::prompts::Display {
+                asked_chars: 12,
+                longest_label: 9,
+                plain: true,
+            },
         };
         let event = NotifyEvent::Card {
             prompt: PromptId("c'1".into()),

@@ -60,6 +60,8 @@ pub struct Job {
     /// A card's push whose card has closed since: not retried, so that the card never
     /// comes back after its outcome.
     superseded: bool,
+    /// A POST of it got no answer (a timeout, a reset): the push service may have taken it.
+    maybe_delivered: bool,
     attempts: u32,
     /// When to (re)send; `None` while in flight or queued.
     due: Option<Time>,
@@ -236,13 +238,15 @@ impl Sender {
             if j.device != n.device || j.topic.as_deref() != Some(&topic) || j.followup {
                 return true;
             }
-            if j.due.is_some() || j.queued {
-                return false; // not sent: the phone never saw the card
-            }
-            j.superseded = true;
-            if let Channel::WebPush(s) = &j.channel {
+            // In flight, or a POST with no answer: it may show on the phone.
+            let may_show = j.maybe_delivered || !(j.due.is_some() || j.queued);
+            if let (Channel::WebPush(s), true) = (&j.channel, may_show) {
                 reached.push(s.endpoint.clone());
             }
+            if j.due.is_some() || j.queued {
+                return false; // not sent again: its card is closed
+            }
+            j.superseded = true;
             true
         });
         self.sent_cards.retain(|(d, t, endpoint)| {
@@ -390,6 +394,7 @@ impl Sender {
                 test: test.clone(),
                 followup,
                 superseded: false,
+                maybe_delivered: false,
                 attempts: 0,
                 due: Some(now),
                 queued: false,
@@ -455,6 +460,12 @@ impl Sender {
         self.in_flight -= 1;
         let mut verdict = verdict(&answer, job, now);
         let sees_it = job.test.is_none() && !job.followup && self.online.contains(&job.device);
+        if matches!(answer, Answer::Failed(_)) {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.maybe_delivered = true;
+            }
+        }
+        let Some(job) = self.jobs.get(&id) else { return };
         if (sees_it || job.superseded) && matches!(verdict, Verdict::Retry(_)) {
             verdict = Verdict::Drop; // it is connected now and sees what waited
         }
@@ -515,7 +526,11 @@ impl Sender {
             return;
         };
         if self.sent_cards.len() >= MAX_SENT_CARDS {
-            self.sent_cards.pop_front();
+            // Forgotten where it went: its closing then goes to every subscription, as
+            // for a card from before a restart.
+            if let Some((device, topic, _)) = self.sent_cards.pop_front() {
+                self.notified_cards.retain(|(d, t)| !(*d == device && *t == topic));
+            }
         }
         self.sent_cards
             .push_back((job.device.clone(), topic.clone(), sub.endpoint.clone()));

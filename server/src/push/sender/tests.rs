@@ -406,3 +406,18 @@ fn a_card_push_in_flight_when_its_card_closes_is_not_retried_and_a_card_never_sh
     s.notify(at(0), card_closed(), &[sub(1), sub(2)]);
     assert_eq!(posts(&mut s).len(), 2);
 }
+
+#[test]
+fn a_card_push_that_got_no_answer_may_show_so_its_outcome_goes_there() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(90), &[sub(1)]);
+    let first = posts(&mut s);
+    // A timeout: the push service may have taken it before the connection died.
+    s.answer(at(1), first[0], Answer::Failed("timed out".into()));
+    s.notify(at(2), card_closed(), &[sub(1)]);
+    let outcome = posts(&mut s);
+    assert_eq!(outcome.len(), 1);
+    assert!(s.job(outcome[0]).unwrap().content.silent);
+    s.handle_timeout(at(3600));
+    assert!(posts(&mut s).is_empty(), "the card's own retry is gone");
+}
