@@ -61,20 +61,21 @@ pub struct Display {
 
 impl Display {
     fn of(asked: &str, labels: &[CardOption], hidden: bool) -> Display {
+        // Printable ASCII, single spaces, and letters or digits of any script: nothing that
+        // shows as blank or shows nothing (other spaces, line breaks, marks, the fillers
+        // that count as letters), so what follows is never pushed out of sight. Anything
+        // else only costs the approve button.
         fn plain(s: &str) -> bool {
-            !s.contains(['\n', '\r', '\t'])
-                && !s.contains("  ")
-                && !s.chars().any(|c| {
-                    matches!(
-                        c,
-                        '\u{3164}' | '\u{2800}' | '\u{115F}' | '\u{1160}' | '\u{FFA0}' | '\u{00A0}'
-                    )
-                })
+            let blank_letter = |c: char| matches!(c, '\u{3164}' | '\u{115F}' | '\u{1160}' | '\u{FFA0}');
+            let shown = |c: char| c == ' ' || c.is_ascii_graphic() || (c.is_alphanumeric() && !blank_letter(c));
+            s.chars().all(shown) && !s.contains("  ")
         }
+        // "Other…" is never a button (it needs the person's own text).
+        let buttons = || labels.iter().filter(|o| o.id != "other").map(|o| o.label.trim());
         Display {
             asked_chars: asked.chars().count(),
-            longest_label: labels.iter().map(|o| o.label.trim().chars().count()).max().unwrap_or(0),
-            plain: !hidden && plain(asked) && labels.iter().all(|o| plain(o.label.trim())),
+            longest_label: buttons().map(|l| l.chars().count()).max().unwrap_or(0),
+            plain: !hidden && plain(asked) && buttons().all(plain),
         }
     }
 }
@@ -433,9 +434,6 @@ impl Prompts {
     }
 
     pub fn insert(&mut self, mut card: Card) {
-        // A closing the device has not heard of belongs to the card that closed, never to
-        // a new one under the same id.
-        self.unseen.retain(|(d, id, _)| !(*d == card.device && *id == card.id));
         card.seq = self.next_seq;
         self.next_seq += 1;
         self.open.insert(card.id.clone(), card);

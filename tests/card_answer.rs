@@ -295,7 +295,7 @@ fn a_cards_outcome_is_pushed_only_once_its_closing_is_kept() {
 }
 
 #[test]
-fn a_closing_never_heard_of_is_not_told_to_a_new_card_under_the_same_id() {
+fn a_closing_never_heard_of_goes_before_a_new_card_under_the_same_id() {
     let mut h = Harness::with_config(config());
     subscribed_and_gone(&mut h, "tel-1");
     h.agent(exec_card("tel-1", "c1"));
@@ -303,6 +303,13 @@ fn a_closing_never_heard_of_is_not_told_to_a_new_card_under_the_same_id() {
                            // Long after P4's window, the agent asks again under the same id.
     h.advance_ms(20 * 60 * 1000);
     h.agent(exec_card("tel-1", "c1"));
+    // The old card's closing first: the page closes the card it still shows open, and the
+    // new one comes as a new card.
     let (_, frames) = h.connect_frames("tel-1");
-    assert_eq!(Harness::types(&frames), ["ready", "prompt"], "{frames:?}");
+    assert_eq!(
+        Harness::types(&frames),
+        ["ready", "prompt_done", "prompt"],
+        "{frames:?}"
+    );
+    assert_eq!(frames[1]["expired"], true);
 }

@@ -828,6 +828,11 @@ function onPrompt({ detail: d }) {
     known.card = card;
     return;
   }
+  // Another card under an id still shown open: the old element's buttons would answer the
+  // new card, so it is closed first.
+  if (known && !repeat && known.el.dataset.state === 'open' && !past.restored.has(known.el)) {
+    closeCard(known, 'expired', 'expired', null);
+  }
   keepBottom(false, () => {
     // Shown from history (as closed, or open from the journal's cache): the live card takes its place.
     const old = known && past.restored.has(known.el) ? known.el : null;

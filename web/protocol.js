@@ -224,6 +224,13 @@ function defaultLifecycle() {
  * The Protocol v1 client. See docs/web-client.md for options, methods and events.
  * Connection states: idle → connecting → online → offline (retrying) | noaccess | closed.
  */
+// Whether two cards under one id ask the same thing (a card sent again after a reconnect).
+function sameCard(a, b) {
+  const options = (c) => JSON.stringify(c.options.map((o) => [o.id, o.label]));
+  return a.kind === b.kind && a.text === b.text && a.command === b.command &&
+    a.description === b.description && options(a) === options(b);
+}
+
 export class HermesClient extends EventTarget {
   constructor(opts = {}) {
     super();
@@ -863,6 +870,9 @@ export class HermesClient extends EventTarget {
     }
     let old = this.prompts.get(card.id);
     if (old && old.state !== 'open') old = null; // a closed card's id used again: a new card
+    // An open card's id used again for another card (its closing lost to a restart): a new
+    // card too, never the old one's deadline, answer or text.
+    if (old && !sameCard(old, card)) old = null;
     if (old) {
       // H5: open cards are sent again after a reconnect; keep the earlier deadline and answer.
       card.expiresAt = Math.min(card.expiresAt, old.expiresAt);

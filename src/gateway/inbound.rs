@@ -155,11 +155,12 @@ impl Gateway {
             if let Some(c) = self.conns.get_mut(&conn) {
                 c.resumed = true;
             }
-            self.begin_replay(conn, device, after);
-            // Behind the replay, which carries these closings only while the journal keeps
-            // closed cards (history on: L65).
+            // Before the replay, which carries these closings only while the journal keeps
+            // closed cards (history on: L65), and before any card opened since under the
+            // same id: the old card closes first, and the new one is a new card.
             let replayed = self.history_on();
-            return self.send_unseen(conn, device, replayed);
+            self.send_unseen(conn, device, replayed);
+            return self.begin_replay(conn, device, after);
         }
         let unsafe_seqs = self.latest_safe_seq(device) != self.latest_seq(device);
         if unsafe_seqs {
@@ -174,10 +175,12 @@ impl Gateway {
             .iter()
             .map(|c| super::journal::stamp(vec![c.frame(now)], c.journal_seq).remove(0))
             .collect();
+        // How cards closed while away first: one reopened since under the same id then
+        // comes as a new card, never as the old one still open (L65).
+        self.send_unseen(conn, device, false);
         for frame in cards {
             self.send(conn, frame);
         }
-        self.send_unseen(conn, device, false);
         match self.conns.get_mut(&conn) {
             Some(c) if unsafe_seqs => c.hold_on_release = true,
             _ => self.flush_hold(conn, device),

@@ -325,6 +325,16 @@ impl Sender {
     pub fn device_online(&mut self, device: &DeviceId) {
         self.pending.remove(device);
         let in_flight = |j: &Job| j.due.is_none() && !j.queued;
+        // A card push dropped here that may have shown still gets its card's outcome.
+        let dropped: Vec<JobId> = self
+            .jobs
+            .iter()
+            .filter(|(_, j)| &j.device == device && j.test.is_none() && !j.followup && !in_flight(j))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in dropped {
+            self.card_may_show(id);
+        }
         self.jobs
             .retain(|_, j| &j.device != device || j.test.is_some() || j.followup || in_flight(j));
         if self.jobs.values().any(|j| &j.device == device) {
@@ -509,12 +519,23 @@ impl Sender {
                 self.last_error = Some(described.clone());
             }
         }
+        if !matches!(verdict, Verdict::Sent) {
+            self.card_may_show(id); // given up: it may still have shown (L66)
+        }
         self.jobs.remove(&id);
         self.forget_online(&device);
         if let Some(key) = test {
             self.test_done(key, matches!(verdict, Verdict::Sent), described);
         }
         self.start_queued(now);
+    }
+
+    /// A card's push leaves the queue unsent after a POST that got no answer: it may show
+    /// all the same, so its outcome goes there too (L66).
+    fn card_may_show(&mut self, id: JobId) {
+        if self.jobs.get(&id).is_some_and(|j| j.maybe_delivered) {
+            self.card_sent(id);
+        }
     }
 
     /// A card's push was taken by its push service: its outcome will go there (L66).

@@ -421,3 +421,15 @@ fn a_card_push_that_got_no_answer_may_show_so_its_outcome_goes_there() {
     s.handle_timeout(at(3600));
     assert!(posts(&mut s).is_empty(), "the card's own retry is gone");
 }
+
+#[test]
+fn a_card_push_with_no_answer_dropped_when_the_phone_connects_still_gets_its_outcome() {
+    let mut s = Sender::new(ContentMode::Preview, false);
+    s.notify(at(0), card(90), &[sub(1)]);
+    let first = posts(&mut s);
+    s.answer(at(1), first[0], Answer::Failed("timed out".into()));
+    // The phone saw it and opens the app: the retry goes, and the card is answered there.
+    s.device_online(&dev());
+    s.notify(at(5), card_closed(), &[sub(1)]);
+    assert_eq!(posts(&mut s).len(), 1, "the lock screen may still show the card");
+}
