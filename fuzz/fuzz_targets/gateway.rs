@@ -62,6 +62,11 @@ enum Op {
         device: u8,
         state: u8,
     },
+    /// A card answered from a notification (issue 25), the token checked by the server.
+    CardAnswer {
+        prompt: u8,
+        option: u8,
+    },
     /// The journal (issue 24): the store commits, fails, or the process restarts from it.
     Commit,
     FailCommit,
@@ -127,6 +132,9 @@ fuzz_target!(|ops: Vec<Op>| {
     let mut closed: HashSet<ConnId> = HashSet::new();
     let mut next = 0u64;
     let mut reads = Vec::new();
+    // Card answers asked (issue 25) and not answered yet.
+    let mut asked: HashSet<u64> = HashSet::new();
+    let mut next_request = 0u64;
     let pick = |conns: &[ConnId], i: u8| conns.get(usize::from(i) % conns.len().max(1)).copied();
 
     for op in ops.iter().take(200) {
@@ -242,6 +250,12 @@ fuzz_target!(|ops: Vec<Op>| {
                 gw.restore(now, journal.snapshot());
                 closed.extend(conns.drain(..));
             }
+            Op::CardAnswer { prompt, option } => {
+                let option = ["once", "deny", "cancel", "c0", "c1", "other", "session"][usize::from(*option % 7)];
+                next_request += 1;
+                asked.insert(next_request);
+                gw.handle_card_answer(now, next_request, &format!("p{}", prompt % 4), option);
+            }
             Op::Avatar { device, state } => {
                 let state = ["idle", "thinking", "speaking", "weird"][usize::from(*state % 4)].to_owned();
                 let _ = gw.handle_agent(
@@ -268,6 +282,8 @@ fuzz_target!(|ops: Vec<Op>| {
                 Output::JournalRead { token, read } => reads.push((token, journal.read(&read))),
                 Output::SaveMedia { name, .. } => gw.handle_media_saved(&name),
                 Output::DeleteMedia { .. } => {}
+                // Each request is answered once, and only one that was asked.
+                Output::CardAnswered { request, .. } => assert!(asked.remove(&request), "answered twice"),
             }
             // Reads are answered after the outputs before them, as the store's thread does.
             for (token, result) in reads.drain(..) {
