@@ -55,6 +55,18 @@ fn last_payload(d: &Driver, browser: &Browser) -> Value {
     serde_json::from_slice(&plain).expect("a JSON payload")
 }
 
+/// The options of a payload's buttons, in order.
+fn button_ids(payload: &Value) -> Vec<String> {
+    payload["notification"]["actions"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|b| b["action"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn token(payload: &Value, option: &str) -> String {
     payload["hermes"]["answer"]["tokens"][option]
         .as_str()
@@ -160,12 +172,6 @@ fn notify_actions_picks_the_buttons() {
             "question":"Which?","choices":["a","b","c"]}),
         );
     };
-    let buttons = |p: &Value| -> Vec<String> {
-        p["notification"]["actions"]
-            .as_array()
-            .map(|a| a.iter().map(|b| b["action"].as_str().unwrap().to_owned()).collect())
-            .unwrap_or_default()
-    };
     for (mode, want) in [
         (NotifyActions::Safe, [vec!["deny"], vec!["cancel"], vec![], vec![]]),
         (
@@ -182,7 +188,7 @@ fn notify_actions_picks_the_buttons() {
             let request = &d.push_requests[i];
             let at = request.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
             let p: Value = serde_json::from_slice(&browser.decrypt(&request[at..]).unwrap()).unwrap();
-            assert_eq!(&buttons(&p), want, "{mode:?} card {i}: {p}");
+            assert_eq!(&button_ids(&p), want, "{mode:?} card {i}: {p}");
             let tokens = p["hermes"]["answer"]["tokens"].as_object().map_or(0, |t| t.len());
             assert_eq!(tokens, want.len(), "a token per button and none more");
         }
@@ -278,12 +284,7 @@ fn all_never_offers_to_approve_what_the_lock_screen_does_not_show_whole() {
             "command":command,"description":"d"}),
         );
         let p = last_payload(&d, &browser);
-        let buttons: Vec<&str> = p["notification"]["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["action"].as_str().unwrap())
-            .collect();
+        let buttons = button_ids(&p);
         assert_eq!(buttons, ["deny"], "{id}: {p}");
         // No token for once exists, and none is taken: once is not a button of this card.
         assert_eq!(d.card_answer(id, "once", &token(&p, "deny")), Reply::Forbidden);
@@ -308,12 +309,7 @@ fn all_never_offers_to_approve_a_command_whose_rest_is_out_of_sight() {
             "command":command,"description":"d"}),
         );
         let p = last_payload(&d, &browser);
-        let buttons: Vec<&str> = p["notification"]["actions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| b["action"].as_str().unwrap())
-            .collect();
+        let buttons = button_ids(&p);
         assert_eq!(buttons, ["deny"], "{command:?}");
     }
     // A plain short command still gets both.
