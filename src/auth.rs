@@ -6,6 +6,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
 use crate::config::Config;
+use crate::devices::{Check, DeviceTokens};
 use crate::wire::{ErrorCode, Rejection};
 
 /// Compares two secrets in constant time: their SHA-256 digests are compared with `subtle`,
@@ -33,50 +34,107 @@ impl Role {
     }
 }
 
-/// Checks a token and a device id against the configuration.
-pub fn authorize(config: &Config, token: &str, device_id: &str) -> Result<Role, Rejection> {
-    let token = token.as_bytes();
+/// Who a `hello` is: its role, and whether it may list and revoke devices (issue 26 §3:
+/// the shared `MOBILE_TOKEN`, or a device paired with `--owner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access {
+    pub role: Role,
+    pub owner: bool,
+}
+
+/// Checks a token and a device id against the configuration and the paired devices.
+pub fn authorize(config: &Config, paired: &DeviceTokens, token: &str, device_id: &str) -> Result<Access, Rejection> {
     if token.is_empty() {
         return Err(Rejection::new(ErrorCode::AuthFailed, "token is required"));
     }
-    let main = ct_eq(token, config.token.as_bytes());
-    let mut service = None;
-    for (i, t) in config.deliver_tokens.iter().enumerate() {
-        if ct_eq(token, t.as_bytes()) && service.is_none() {
-            service = Some(u16::try_from(i).unwrap_or(u16::MAX));
+    let main = ct_eq(token.as_bytes(), config.token.as_bytes());
+    let service = service_index(config, token);
+    let extra = extra_binding(config, token, device_id);
+    let device = paired.check(token, device_id);
+    let owner = match device {
+        Check::Own { owner } => owner,
+        // H2 both ways, for device tokens as for `MOBILE_EXTRA_TOKENS`.
+        Check::OtherDevice => return Err(bound_elsewhere()),
+        Check::NotADeviceToken { paired } => {
+            if !(main || service.is_some() || extra.here || extra.elsewhere) {
+                return Err(Rejection::new(ErrorCode::AuthFailed, "invalid token"));
+            }
+            if paired {
+                return Err(Rejection::new(
+                    ErrorCode::Forbidden,
+                    "this device is paired: it connects only with its own token",
+                ));
+            }
+            let elsewhere = extra.elsewhere && !extra.here && !main && service.is_none();
+            if elsewhere || (extra.device_is_bound && !extra.here) {
+                return Err(bound_elsewhere());
+            }
+            if let Some(index) = service {
+                // H3 is about phones: a service connection is never a device (S2), so the
+                // list of allowed devices does not apply to it (L34).
+                return Ok(Access {
+                    role: Role::Service(index),
+                    owner: false,
+                });
+            }
+            if main && !extra.here && !config.shared_token {
+                return Err(Rejection::new(
+                    ErrorCode::AuthFailed,
+                    "the shared token is turned off (MOBILE_SHARED_TOKEN=off): pair this device",
+                ));
+            }
+            main && !extra.here
         }
-    }
-    // H2 both ways: the token's own binding, and the device id's bindings.
-    let mut bound_elsewhere = false;
-    let mut bound_here = false;
-    let mut device_is_bound = false;
-    let mut device_accepts = false;
-    for (dev, t) in &config.extra_tokens {
-        let same_token = ct_eq(token, t.as_bytes());
-        let same_device = dev == device_id;
-        bound_here |= same_token && same_device;
-        bound_elsewhere |= same_token && !same_device;
-        device_is_bound |= same_device;
-        device_accepts |= same_device && same_token;
-    }
-    if !(main || service.is_some() || bound_here || bound_elsewhere) {
-        return Err(Rejection::new(ErrorCode::AuthFailed, "invalid token"));
-    }
-    if (bound_elsewhere && !bound_here && !main && service.is_none()) || (device_is_bound && !device_accepts) {
-        return Err(Rejection::new(
-            ErrorCode::Forbidden,
-            "device id is bound to another token",
-        ));
-    }
-    // H3 is about phones: a service connection is never a device (S2), so the list of
-    // allowed devices does not apply to it (L34).
-    if let Some(index) = service {
-        return Ok(Role::Service(index));
-    }
+    };
     if !config.allowed_devices.is_empty() && !config.allowed_devices.iter().any(|d| d == device_id) {
         return Err(Rejection::new(ErrorCode::AuthFailed, "device is not allowed"));
     }
-    Ok(Role::Device)
+    Ok(Access {
+        role: Role::Device,
+        owner,
+    })
+}
+
+fn bound_elsewhere() -> Rejection {
+    Rejection::new(ErrorCode::Forbidden, "device id is bound to another token")
+}
+
+/// The index of the `MOBILE_DELIVER_TOKENS` entry `token` is; every entry is compared.
+fn service_index(config: &Config, token: &str) -> Option<u16> {
+    let mut service = None;
+    for (i, t) in config.deliver_tokens.iter().enumerate() {
+        if ct_eq(token.as_bytes(), t.as_bytes()) && service.is_none() {
+            service = Some(u16::try_from(i).unwrap_or(u16::MAX));
+        }
+    }
+    service
+}
+
+/// How `token` and `device_id` read against `MOBILE_EXTRA_TOKENS` (H2); every entry is
+/// compared.
+struct ExtraBinding {
+    /// The token is bound to this device.
+    here: bool,
+    /// The token is bound to another device.
+    elsewhere: bool,
+    /// The device has a bound token.
+    device_is_bound: bool,
+}
+
+fn extra_binding(config: &Config, token: &str, device_id: &str) -> ExtraBinding {
+    let mut b = ExtraBinding {
+        here: false,
+        elsewhere: false,
+        device_is_bound: false,
+    };
+    for (dev, t) in &config.extra_tokens {
+        let same_token = ct_eq(token.as_bytes(), t.as_bytes());
+        let same_device = dev == device_id;
+        b.here |= same_token && same_device;
+        b.elsewhere |= same_token && !same_device;
+        b.device_is_bound |= same_device;
+    }
+    b
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@ use crate::limits::{
 pub struct Config {
     /// `MOBILE_TOKEN`: the app token. Always required (C3).
     pub token: String,
+    /// `MOBILE_SHARED_TOKEN`: whether phones may use `token` (issue 26: `off` lets only
+    /// paired devices and `MOBILE_EXTRA_TOKENS` in).
+    pub shared_token: bool,
     /// `MOBILE_EXTRA_TOKENS`: `(device id, token)` bindings (H2).
     pub extra_tokens: Vec<(String, String)>,
     /// `MOBILE_ALLOWED_DEVICES`: empty allows every device id (C2, H3).
@@ -60,6 +63,7 @@ impl Config {
     pub fn new(token: impl Into<String>) -> Config {
         Config {
             token: token.into(),
+            shared_token: true,
             extra_tokens: Vec::new(),
             allowed_devices: Vec::new(),
             deliver_tokens: Vec::new(),
@@ -89,6 +93,7 @@ impl fmt::Debug for Config {
         let bound: Vec<&str> = self.extra_tokens.iter().map(|(d, _)| d.as_str()).collect();
         f.debug_struct("Config")
             .field("token", &"<redacted>")
+            .field("shared_token", &self.shared_token)
             .field("extra_tokens (devices)", &bound)
             .field("allowed_devices", &self.allowed_devices)
             .field(

@@ -67,6 +67,21 @@ enum Op {
         prompt: u8,
         option: u8,
     },
+    /// Pairing (issue 26): a code from the CLI, a `POST /pair` with one of four codes
+    /// (each pairs with device token `paired-token-<code>`), a revocation from the CLI.
+    AddCode {
+        code: u8,
+        owner: bool,
+    },
+    Pair {
+        code: u8,
+        device: u8,
+        source: u8,
+    },
+    Revoke {
+        device: u8,
+        forget: bool,
+    },
     /// The journal (issue 24): the store commits, fails, or the process restarts from it.
     Commit,
     FailCommit,
@@ -75,7 +90,13 @@ enum Op {
     },
 }
 
-const TOKENS: [&str; 3] = ["app-token", "bound-token", "cron-token"];
+const TOKENS: [&str; 5] = [
+    "app-token",
+    "bound-token",
+    "cron-token",
+    "paired-token-0",
+    "paired-token-1",
+];
 const P256DH: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
 
 fn known(which: u8, x: u8) -> String {
@@ -161,7 +182,7 @@ fuzz_target!(|ops: Vec<Op>| {
                 if let Some(c) = pick(&conns, *conn) {
                     let frame = format!(
                         r#"{{"t":"hello","token":"{}","device":{{"id":"tel-{}"}}}}"#,
-                        TOKENS[usize::from(*token) % 3],
+                        TOKENS[usize::from(*token) % TOKENS.len()],
                         device % 3
                     );
                     gw.handle_message(now, c, frame.as_bytes());
@@ -256,6 +277,31 @@ fuzz_target!(|ops: Vec<Op>| {
                 asked.insert(next_request);
                 gw.handle_card_answer(now, next_request, &format!("p{}", prompt % 4), option);
             }
+            Op::AddCode { code, owner } => {
+                let kept = hermes_mobile::devices::KeptCode::new(
+                    &format!("code-{}", code % 4),
+                    *owner,
+                    now + std::time::Duration::from_secs(600),
+                );
+                let _ = gw.add_pair_code(now, kept);
+            }
+            Op::Pair { code, device, source } => {
+                next_request += 1;
+                asked.insert(next_request);
+                let req = hermes_mobile::gateway::PairRequest {
+                    code: format!("code-{}", code % 4),
+                    device_id: format!("tel-{}", device % 3),
+                    name: "Phone".into(),
+                    platform: "web".into(),
+                };
+                let source = hermes_mobile::throttle::SourceKey::of([192, 0, 2, *source].into());
+                gw.handle_pair(now, next_request, source, req, format!("paired-token-{}", code % 2));
+            }
+            Op::Revoke { device, forget } => {
+                next_request += 1;
+                asked.insert(next_request);
+                gw.handle_revoke(now, next_request, &format!("tel-{}", device % 3), *forget);
+            }
             Op::Avatar { device, state } => {
                 let state = ["idle", "thinking", "speaking", "weird"][usize::from(*state % 4)].to_owned();
                 let _ = gw.handle_agent(
@@ -283,7 +329,9 @@ fuzz_target!(|ops: Vec<Op>| {
                 Output::SaveMedia { name, .. } => gw.handle_media_saved(&name),
                 Output::DeleteMedia { .. } => {}
                 // Each request is answered once, and only one that was asked.
-                Output::CardAnswered { request, .. } => assert!(asked.remove(&request), "answered twice"),
+                Output::CardAnswered { request, .. }
+                | Output::Paired { request, .. }
+                | Output::Revoked { request, .. } => assert!(asked.remove(&request), "answered twice"),
             }
             // Reads are answered after the outputs before them, as the store's thread does.
             for (token, result) in reads.drain(..) {

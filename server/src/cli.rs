@@ -1,5 +1,5 @@
-//! The command line: the gateway server, `send` for cron, `token` and `pair` for pairing a
-//! phone, and `hermes` for the Hermes plugin.
+//! The command line: the gateway server, `send` for cron, `token`, `pair` and `devices` for
+//! pairing phones (devices_cli.rs), and `hermes` for the Hermes plugin.
 
 use std::collections::HashMap;
 
@@ -24,7 +24,8 @@ pub fn main() -> i32 {
             Err(e) => fail(e, send::EXIT_USAGE),
         },
         Some("token") => token(&env, &args[1..]),
-        Some("pair") => pair(&env, &args[1..]),
+        Some("pair") => crate::devices_cli::pair_run(&env, &args[1..]),
+        Some("devices") => crate::devices_cli::devices_run(&env, &args[1..]),
         Some("hermes") => hermes::run(&env, &args[1..]),
         Some("history") => history_cli::run(&env, &args[1..]),
         Some("serve") => serve(&env, &args[1..]),
@@ -65,29 +66,6 @@ fn token(env: &HashMap<String, String>, args: &[String]) -> i32 {
             0
         }
         Err((e, code)) => fail(e, code),
-    }
-}
-
-/// `hermes-mobile pair`: where to open the chat, the pairing link and its QR code.
-fn pair(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let config = match token_in_use(env, args) {
-        Ok(c) => c,
-        Err((e, code)) => return fail(e, code),
-    };
-    let port = if config.port == 0 {
-        config::DEFAULT_PORT
-    } else {
-        config.port
-    };
-    let p = pair::Pairing {
-        urls: pair::page_urls(&config.host, port, &pair::lan_addresses()),
-        token: Some(&config.core.token),
-        qr: true,
-        web: config.web_source != config::WebSource::Off,
-    };
-    match pair::print(&mut std::io::stdout().lock(), &p) {
-        Ok(()) => 0,
-        Err(e) => fail(e, 1),
     }
 }
 
@@ -173,8 +151,12 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) => return fail(format!("no random source: {e}"), 1),
     };
     let (host, port) = (config.host.clone(), config.port);
-    // L43: the token in the pairing link only when it was just created, as C3 shows it.
-    let token = show_token.then(|| config.core.token.clone());
+    // Issue 26: on the first start, a pairing link for the owner's phone, with a code that
+    // pairs it once (never the token: L43's link is gone).
+    let first_code = match show_token.then(state::random_bytes::<{ hermes_mobile::devices::codes::CODE_BYTES }>) {
+        Some(Ok(random)) => Some(hermes_mobile::devices::codes::encode(&random)),
+        _ => None,
+    };
     let web = config.web.is_some();
     match (&config.web, config.web_dir.as_deref()) {
         (Some(w), Some(dir)) => log::info!("web client: {} bytes read from {}", w.size(), dir),
@@ -186,10 +168,16 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => return fail(e.to_string(), 1),
         Err(e) => return fail(format!("cannot listen on {host}:{port}: {e}"), 1),
     };
+    let ttl = hermes_mobile::devices::codes::DEFAULT_TTL;
+    let first_code = first_code.filter(|code| server.add_pair_code(code, true, ttl));
     let pairing = pair::Pairing {
         urls: pair::page_urls(&host, server.local_addr().port(), &pair::lan_addresses()),
-        token: token.as_deref(),
-        qr: token.is_some(),
+        code: first_code.as_deref().map(|code| pair::Code {
+            code,
+            minutes: ttl.as_secs() / 60,
+            owner: true,
+        }),
+        qr: first_code.is_some(),
         web,
     };
     if let Err(e) = pair::print(&mut std::io::stdout().lock(), &pairing) {

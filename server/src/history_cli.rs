@@ -119,7 +119,7 @@ fn shown(s: &str) -> String {
 }
 
 /// `YYYY-MM-DD HH:MM:SS` (UTC) of unix milliseconds.
-fn utc(ms: u64) -> String {
+pub(crate) fn utc(ms: u64) -> String {
     let secs = ms / 1000;
     let (days, rest) = (secs / 86_400, secs % 86_400);
     // Howard Hinnant's civil_from_days, for days since 1970-01-01.

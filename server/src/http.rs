@@ -27,6 +27,8 @@ pub enum Route {
     File(FileRequest),
     /// `POST /card-answer` (issue 25): its body follows the head.
     CardAnswer(CardAnswerRequest),
+    /// `POST /pair` (issue 26): its body follows the head.
+    Pair(CardAnswerRequest),
     /// `GET` or `HEAD` of any other path: the web client's files, or 404 (issue 10).
     Asset(crate::web::AssetRequest),
     /// Anything else: a complete response to send before closing.
@@ -55,15 +57,31 @@ impl std::fmt::Debug for FileRequest {
     }
 }
 
-/// A request of the `/card-answer` route: what its head says of its body and its origin.
+/// A request of the `/card-answer` or `/pair` route: what its head says of its body and
+/// its origin.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CardAnswerRequest {
+    /// The client's address as a local proxy reported it (L52: whose failures count).
+    pub client: Option<std::net::IpAddr>,
     /// `Content-Length`: `Err` for one that is not a number, or two that differ.
     pub length: Result<Option<usize>, ()>,
     /// A `Transfer-Encoding`: the route takes a length only.
     pub encoded: bool,
     pub origin: Option<String>,
     pub host: Option<String>,
+}
+
+/// What a POST's head says of its body.
+fn body_request(headers: &[httparse::Header<'_>]) -> CardAnswerRequest {
+    CardAnswerRequest {
+        client: client_address(headers),
+        length: content_length(headers),
+        encoded: header(headers, "transfer-encoding").is_some(),
+        origin: header(headers, "origin")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .map(str::to_owned),
+        host: header(headers, "host").and_then(crate::web::clean_host),
+    }
 }
 
 fn content_length(headers: &[httparse::Header<'_>]) -> Result<Option<usize>, ()> {
@@ -201,15 +219,10 @@ pub fn parse(buf: &[u8]) -> Head {
             client: client_address(req.headers),
         }),
         (_, p) if p.starts_with(hermes_mobile::media::ROUTE) => not_allowed("GET"),
-        ("POST", "/card-answer") => Route::CardAnswer(CardAnswerRequest {
-            length: content_length(req.headers),
-            encoded: header(req.headers, "transfer-encoding").is_some(),
-            origin: header(req.headers, "origin")
-                .and_then(|v| std::str::from_utf8(v).ok())
-                .map(str::to_owned),
-            host: header(req.headers, "host").and_then(crate::web::clean_host),
-        }),
+        ("POST", "/card-answer") => Route::CardAnswer(body_request(req.headers)),
         (_, "/card-answer") => Route::Reply(crate::card_answer::Reply::MethodNotAllowed.response(None)),
+        ("POST", "/pair") => Route::Pair(body_request(req.headers)),
+        (_, "/pair") => Route::Reply(crate::pair_route::PairReply::MethodNotAllowed.response()),
         ("GET" | "HEAD", _) => Route::Asset(crate::web::AssetRequest {
             path: path.clone(),
             head_only: method == "HEAD",

@@ -1,8 +1,9 @@
-//! Where to open the web client, and the pairing link (issue 10, decisions L43).
+//! Where to open the web client, and the pairing link (issue 10, decisions L43; issue 26).
 //!
-//! The link carries the token in its fragment (`/#token=…`): a browser never sends a
-//! fragment to the server, so the token reaches no request line and no log, and the
-//! page removes it from the address bar once read. This output goes to stdout, never
+//! The link carries a pairing code in its fragment (`/#pair=…`), never the app token: a
+//! code pairs one device, once, within minutes. A browser never sends a fragment to the
+//! server, so the code reaches no request line and no log, and the page removes it from
+//! the address bar once read. This output goes to stdout, never
 //! through `log` (decisions H1).
 
 use std::io::Write;
@@ -61,10 +62,11 @@ pub fn page_urls(host: &str, port: u16, lan: &[Ipv4Addr]) -> Vec<String> {
     vec![format!("http://{host}:{port}/")]
 }
 
-/// `url#token=…`, the token percent-encoded (the page decodes it).
-pub fn pairing_link(url: &str, token: &str) -> String {
-    let mut link = format!("{url}#token=");
-    for b in token.bytes() {
+/// `url#pair=…`: a pairing code in the fragment, percent-encoded (a code is base64url, so
+/// nothing needs it; the page decodes anyway).
+pub fn pairing_link(url: &str, code: &str) -> String {
+    let mut link = format!("{url}#pair=");
+    for b in code.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
             link.push(char::from(b));
         } else {
@@ -107,11 +109,18 @@ pub fn qr_text(link: &str) -> Option<String> {
     Some(out)
 }
 
+/// A pairing code to show (issue 26): single-use, for `minutes`.
+pub struct Code<'a> {
+    pub code: &'a str,
+    pub minutes: u64,
+    pub owner: bool,
+}
+
 /// What to show.
 pub struct Pairing<'a> {
     pub urls: Vec<String>,
-    /// The token, when it may be shown (C3: on creation, or asked for with `pair`).
-    pub token: Option<&'a str>,
+    /// A pairing code, when one was made (`pair`, or the first start).
+    pub code: Option<Code<'a>>,
     pub qr: bool,
     pub web: bool,
 }
@@ -123,8 +132,12 @@ pub fn print(out: &mut impl Write, p: &Pairing<'_>) -> std::io::Result<()> {
             out,
             "The web client is off (MOBILE_WEB=off); phones connect to ws://…/ws."
         )?;
-        if let Some(token) = p.token {
-            writeln!(out, "App token: {token}")?;
+        if let Some(c) = &p.code {
+            writeln!(
+                out,
+                "Pairing code (POST it to /pair within {} min; it works once): {}",
+                c.minutes, c.code
+            )?;
         }
         return Ok(());
     }
@@ -132,27 +145,28 @@ pub fn print(out: &mut impl Write, p: &Pairing<'_>) -> std::io::Result<()> {
     for url in &p.urls {
         writeln!(out, "  {url}")?;
     }
-    match p.token {
-        Some(token) => {
-            let first = p.urls.first().map(String::as_str).unwrap_or("http://localhost:8787/");
-            writeln!(
-                out,
-                "Pairing link (opens the chat already paired; keep it private, it holds the token):"
-            )?;
-            for url in &p.urls {
-                writeln!(out, "  {}", pairing_link(url, token))?;
-            }
-            if p.qr {
-                if let Some(qr) = qr_text(&pairing_link(first, token)) {
-                    writeln!(out, "Scan with a phone on the same network ({first}):")?;
-                    out.write_all(qr.as_bytes())?;
-                }
-            }
-        }
-        None => writeln!(
+    let Some(c) = &p.code else {
+        return writeln!(
             out,
-            "and paste the app token, or run `hermes-mobile pair` for a pairing link and QR code."
-        )?,
+            "and pair it: run `hermes-mobile pair` for a pairing link and QR code."
+        )
+        .and_then(|()| out.flush());
+    };
+    let first = p.urls.first().map(String::as_str).unwrap_or("http://localhost:8787/");
+    let what = if c.owner { "an owner device" } else { "one device" };
+    writeln!(
+        out,
+        "Pairing link (pairs {what}, once, within {} min; it holds no lasting secret):",
+        c.minutes
+    )?;
+    for url in &p.urls {
+        writeln!(out, "  {}", pairing_link(url, c.code))?;
+    }
+    if p.qr {
+        if let Some(qr) = qr_text(&pairing_link(first, c.code)) {
+            writeln!(out, "Scan with a phone on the same network ({first}):")?;
+            out.write_all(qr.as_bytes())?;
+        }
     }
     out.flush()
 }
@@ -177,14 +191,14 @@ mod tests {
     }
 
     #[test]
-    fn the_token_travels_in_the_fragment_percent_encoded() {
+    fn the_code_travels_in_the_fragment_percent_encoded() {
         assert_eq!(
             pairing_link("http://h:1/", "abc-DEF_1.2~"),
-            "http://h:1/#token=abc-DEF_1.2~"
+            "http://h:1/#pair=abc-DEF_1.2~"
         );
         assert_eq!(
             pairing_link("http://h:1/", "a b&c#é"),
-            "http://h:1/#token=a%20b%26c%23%C3%A9"
+            "http://h:1/#pair=a%20b%26c%23%C3%A9"
         );
     }
 
@@ -200,21 +214,43 @@ mod tests {
     }
 
     #[test]
-    fn without_the_token_only_the_addresses_are_printed() {
+    fn without_a_code_only_the_addresses_are_printed() {
         let mut out = Vec::new();
         let p = Pairing {
             urls: vec!["http://localhost:8787/".into()],
-            token: None,
+            code: None,
             qr: true,
             web: true,
         };
         print(&mut out, &p).unwrap();
         let text = String::from_utf8(out).unwrap();
         assert!(
-            text.contains("http://localhost:8787/") && !text.contains("#token="),
+            text.contains("http://localhost:8787/") && !text.contains("#pair="),
             "{text}"
         );
         assert!(text.contains("hermes-mobile pair"));
+    }
+
+    #[test]
+    fn a_code_is_printed_as_a_pairing_link_and_never_a_token() {
+        let mut out = Vec::new();
+        let p = Pairing {
+            urls: vec!["http://localhost:8787/".into()],
+            code: Some(Code {
+                code: "AAAAAAAAAAAAAAAAAAAAAA",
+                minutes: 10,
+                owner: false,
+            }),
+            qr: false,
+            web: true,
+        };
+        print(&mut out, &p).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(
+            text.contains("http://localhost:8787/#pair=AAAAAAAAAAAAAAAAAAAAAA"),
+            "{text}"
+        );
+        assert!(!text.contains("#token="), "{text}");
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub enum ConnTimer {
     FileAnswer,
     /// A card's answer (issue 25) waits for the journal no longer than this.
     CardAnswer,
+    /// A pairing (issue 26) waits for the journal no longer than this.
+    Pair,
 }
 
 /// Every deadline of the server.
@@ -55,6 +57,8 @@ pub enum TimerKey {
     Call(CallRef),
     /// A Unix socket peer of the agent link must have said hello by now.
     AgentHello(PeerId),
+    /// A control socket connection (issue 26) is over by now: its slab key and serial.
+    Control(usize, u64),
     /// The wiring's earliest deadline: the core's, the agent's or push's (coalesced
     /// notifications and retries). Armed: one at a time.
     Wiring,

@@ -163,7 +163,7 @@ fn a_bad_web_setting_stops_start_up_with_a_clear_line() {
 }
 
 #[test]
-fn pair_prints_the_link_with_the_token_in_the_fragment_and_a_qr_code() {
+fn pair_prints_a_link_with_a_pairing_code_never_the_token_and_a_qr_code() {
     let state = temp_dir("pair");
     let out = Command::new(binary())
         .env_clear()
@@ -179,10 +179,9 @@ fn pair_prints_the_link_with_the_token_in_the_fragment_and_a_qr_code() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("http://127.0.0.1:9123/\n"), "{text}");
-    assert!(
-        text.contains(&format!("http://127.0.0.1:9123/#token={TOKEN}")),
-        "{text}"
-    );
+    // Issue 26: a single-use code in the fragment, never the token.
+    assert!(text.contains("http://127.0.0.1:9123/#pair="), "{text}");
+    assert!(!text.contains(TOKEN) && !text.contains("#token="), "{text}");
     assert!(text.contains('█') && text.contains('▀'), "no QR code: {text}");
     assert!(
         out.stderr.is_empty(),
@@ -225,13 +224,14 @@ fn start_up_output(state: &std::path::Path) -> (String, String) {
 }
 
 #[test]
-fn start_up_shows_the_pairing_link_only_for_a_new_token_and_never_logs_it() {
-    // L43: the link with the token is shown when the token is created (C3), on stdout;
-    // never through the log (H1).
+fn start_up_shows_a_pairing_link_only_for_a_new_token_and_never_logs_it() {
+    // C3: the new token is shown once on stdout, never through the log (H1); the pairing
+    // link carries an owner's pairing code, not the token (issue 26).
     let state = temp_dir("newtoken");
     let (stdout, stderr) = start_up_output(&state);
     let token = std::fs::read_to_string(state.join("token")).unwrap().trim().to_owned();
-    assert!(stdout.contains(&format!("/#token={token}")), "{stdout}");
+    assert!(stdout.contains("/#pair=") && !stdout.contains("#token="), "{stdout}");
+    assert!(stdout.contains("an owner device"), "{stdout}");
     assert!(stdout.contains('█'), "a new token comes with a QR code: {stdout}");
     assert!(!stderr.contains(&token), "the token reached the log: {stderr}");
 

@@ -45,7 +45,8 @@ impl KeptCode {
     }
 }
 
-fn digest(code: &str) -> [u8; 32] {
+/// What a code is kept and looked up as.
+pub fn digest(code: &str) -> [u8; 32] {
     Sha256::digest(code.trim().as_bytes()).into()
 }
 

@@ -33,8 +33,10 @@ pub struct Paired {
     pub name: String,
     pub platform: String,
     pub owner: bool,
-    /// Unix seconds.
+    /// Unix milliseconds.
     pub paired_at: u64,
+    /// Its latest `hello` or disconnection, unix milliseconds; `None` before its first.
+    pub last_seen: Option<u64>,
     token_digest: [u8; 32],
 }
 
@@ -47,6 +49,7 @@ impl std::fmt::Debug for Paired {
             .field("platform", &self.platform)
             .field("owner", &self.owner)
             .field("paired_at", &self.paired_at)
+            .field("last_seen", &self.last_seen)
             .finish()
     }
 }
@@ -71,6 +74,7 @@ impl Paired {
             platform: platform.to_owned(),
             owner,
             paired_at,
+            last_seen: None,
             token_digest,
         }
     }
@@ -154,6 +158,25 @@ impl DeviceTokens {
 
     pub fn is_paired(&self, device_id: &str) -> bool {
         self.devices.contains_key(device_id)
+    }
+
+    /// The device was seen at `at` (unix ms); whether it is paired.
+    pub fn seen(&mut self, device_id: &str, at: u64) -> bool {
+        match self.devices.get_mut(device_id) {
+            Some(d) => {
+                d.last_seen = Some(d.last_seen.map_or(at, |s| s.max(at)));
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.devices.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.devices.is_empty()
     }
 }
 

@@ -5,7 +5,7 @@ use std::borrow::Cow;
 use super::timers::TimerKey;
 use super::{AvatarState, ConnState, Gateway, Output};
 use crate::agent::{AgentEvent, Audio, UserInfo};
-use crate::auth::{authorize, Role};
+use crate::auth::{authorize, Access, Role};
 use crate::base64::{decode_bounded, BoundedDecodeError};
 use crate::ids::{ConnId, DeviceId};
 use crate::limits::{CLOSE_NORMAL, MAX_AUDIO_BYTES, MIN_UPLOAD_BYTES_SHARE};
@@ -36,9 +36,11 @@ impl Gateway {
                     Rejection::bad_frame("first frame must be hello").with_id(r.id.as_deref()),
                 ),
             },
-            ConnState::Ready { device, role } => {
-                let (device, role) = (device.clone(), *role);
+            ConnState::Ready { device, role, owner } => {
+                let (device, role, owner) = (device.clone(), *role, *owner);
                 match parsed {
+                    Ok(ClientFrame::Devices { id }) => self.on_devices(conn, owner, &id),
+                    Ok(ClientFrame::Revoke { id, device }) => self.on_revoke(now, conn, owner, &id, &device),
                     Ok(frame) => self.on_frame(now, conn, device, role, frame),
                     Err(r) => self.send_error(conn, &r, false),
                 }
@@ -51,8 +53,8 @@ impl Gateway {
             Ok(device) => device,
             Err(r) => return self.fail(conn, r),
         };
-        let role = match self.authorize_throttled(now, conn, &hello.token, &device) {
-            Ok(role) => role,
+        let Access { role, owner } = match self.authorize_throttled(now, conn, &hello.token, &device) {
+            Ok(access) => access,
             Err(r) => return self.fail(conn, r),
         };
         let name = if hello.device_name.is_empty() {
@@ -72,6 +74,7 @@ impl Gateway {
             c.state = ConnState::Ready {
                 device: device.clone(),
                 role,
+                owner,
             };
         }
         let ready = self.ready_frame(&device, &name, role);
@@ -140,6 +143,7 @@ impl Gateway {
         resume_after: Option<u64>,
     ) {
         self.push.touch(device);
+        self.paired_seen(device);
         let d = self.device_entry(device);
         d.conn = Some(conn);
         d.name = name;
@@ -195,7 +199,7 @@ impl Gateway {
         conn: ConnId,
         token: &str,
         device: &DeviceId,
-    ) -> Result<Role, Rejection> {
+    ) -> Result<Access, Rejection> {
         let source = self.conns.get(&conn).map(|c| c.peer.source).unwrap_or_default();
         self.authorize_from(now, source, token, device)
     }
@@ -208,7 +212,7 @@ impl Gateway {
         source: crate::throttle::SourceKey,
         token: &str,
         device: &DeviceId,
-    ) -> Result<Role, Rejection> {
+    ) -> Result<Access, Rejection> {
         if let Some(left) = self.throttle.blocked(source, now) {
             let message = format!(
                 "too many failed attempts; try again in {} s",
@@ -216,7 +220,7 @@ impl Gateway {
             );
             return Err(Rejection::new(ErrorCode::AuthFailed, message));
         }
-        let verdict = authorize(&self.config, token, device.as_str());
+        let verdict = authorize(&self.config, &self.pairing.tokens, token, device.as_str());
         if verdict.as_ref().is_err_and(|r| r.code == ErrorCode::AuthFailed) {
             if let Some(block) = self.throttle.record_failure(source, now) {
                 log::warn!("failed hellos from one address; refusing it for {block:?} (L52)");
@@ -269,6 +273,8 @@ impl Gateway {
             ClientFrame::PushTest { id } => self.on_push_test(conn, &device, &id),
             ClientFrame::History { id, before, limit } => self.on_history(conn, &device, &id, before, limit),
             ClientFrame::Forget { id } => self.on_forget(conn, &device, &id),
+            // Answered before the role is looked at (handle_message): owners only.
+            ClientFrame::Devices { .. } | ClientFrame::Revoke { .. } => {}
             ClientFrame::Unknown(t) => log::debug!("{conn:?}: ignored frame of unknown type {t:?} (G3)"),
         }
     }

@@ -175,8 +175,8 @@ impl Gateway {
             return Err(FileRefusal::Blocked { retry_after_secs });
         }
         match self.authorize_from(now, source, token, device) {
-            Ok(Role::Device) => Ok(()),
-            Ok(Role::Service(_)) => Err(FileRefusal::Forbidden),
+            Ok(a) if a.role == Role::Device => Ok(()),
+            Ok(_) => Err(FileRefusal::Forbidden),
             Err(r) if r.code == ErrorCode::Forbidden => Err(FileRefusal::Forbidden),
             Err(_) => Err(FileRefusal::Unauthorized),
         }

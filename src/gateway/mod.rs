@@ -14,6 +14,7 @@ mod journal;
 mod keep;
 mod media;
 mod outbound;
+mod paired;
 mod promises;
 mod push;
 mod resume;
@@ -37,6 +38,7 @@ pub use card_answer::CardAnswered;
 pub(crate) use device::AvatarState;
 use device::Device;
 use device::MAX_STREAMS_PER_DEVICE;
+pub use paired::{PairOutcome, PairRequest, RevokeOutcome};
 use timers::{claim, TimerKey, Timers};
 
 /// What the driver knows about a connection's peer when it is accepted.
@@ -91,6 +93,10 @@ pub enum Output {
     /// How [`Gateway::handle_card_answer`]'s `request` went: the answer to send the
     /// notification's button (issue 25).
     CardAnswered { request: u64, outcome: CardAnswered },
+    /// How [`Gateway::handle_pair`]'s `request` went (issue 26).
+    Paired { request: u64, outcome: PairOutcome },
+    /// How [`Gateway::handle_revoke`]'s `request` went (issue 26).
+    Revoked { request: u64, outcome: RevokeOutcome },
 }
 
 /// Counters for health checks, tests and memory accounting.
@@ -116,7 +122,12 @@ pub struct Stats {
 #[derive(Debug)]
 enum ConnState {
     AwaitingHello,
-    Ready { device: DeviceId, role: Role },
+    /// `owner`: it may list and revoke devices (issue 26).
+    Ready {
+        device: DeviceId,
+        role: Role,
+        owner: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -177,6 +188,8 @@ pub struct Gateway {
     journal: Option<journal::Journal>,
     /// What the media store keeps (L63).
     media: media::MediaState,
+    /// Paired devices, pairing codes and failed pairings (issue 26).
+    pairing: paired::Pairing,
 }
 
 impl Gateway {
@@ -201,6 +214,7 @@ impl Gateway {
             events: VecDeque::new(),
             now: Time::ZERO,
             media: Default::default(),
+            pairing: Default::default(),
             config,
         }
     }
@@ -474,12 +488,14 @@ impl Gateway {
         if let ConnState::Ready {
             device,
             role: Role::Device,
+            ..
         } = c.state
         {
             if let Some(d) = self.devices.get_mut(&device) {
                 if d.conn == Some(conn) {
                     d.conn = None;
                     let held = !d.hold.is_empty();
+                    self.paired_seen(&device);
                     self.event(AgentEvent::DeviceOffline { device: device.clone() });
                     if held {
                         // A replay cut short left its hold, whose timer it had stopped.

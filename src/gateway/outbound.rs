@@ -343,12 +343,14 @@ impl Gateway {
 
     pub(super) fn expire_prompt(&mut self, now: Time, id: PromptId) {
         // Expires the card if it is still open and its TTL has run out (P5).
-        let Some(kind) = self
-            .prompts
-            .get(id.as_str())
-            .filter(|c| c.expires_at <= now)
-            .map(|c| c.kind)
-        else {
+        if self.prompts.get(id.as_str()).is_some_and(|c| c.expires_at <= now) {
+            self.expire_card(now, id);
+        }
+    }
+
+    /// Closes an open card as its TTL would (P5): its safe default, `expired`.
+    pub(super) fn expire_card(&mut self, now: Time, id: PromptId) {
+        let Some(kind) = self.prompts.get(id.as_str()).map(|c| c.kind) else {
             return;
         };
         let closed = Closed {

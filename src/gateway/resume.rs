@@ -44,6 +44,7 @@ impl Gateway {
     /// the idempotency windows. Entries this build cannot read are skipped and logged.
     pub fn restore(&mut self, now: Time, snapshot: Snapshot) {
         self.now = self.now.max(now);
+        self.restore_devices(snapshot.paired, snapshot.codes);
         let Some(j) = self.journal.as_mut() else { return };
         j.seqs.restore(&snapshot.seqs, snapshot.seq_floor);
         let mut skipped = 0;

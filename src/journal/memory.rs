@@ -14,6 +14,8 @@ struct State {
     dedup: BTreeMap<(u8, DeviceId, String), DedupRow>,
     /// In the order owed.
     owed: Vec<Owed>,
+    paired: BTreeMap<String, crate::devices::Paired>,
+    codes: Vec<crate::devices::KeptCode>,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +93,20 @@ impl MemoryJournal {
             }
             Record::Handed { device, key } => s.owed.retain(|o| o.device != device || o.key != key),
             Record::Confirm { ticket } => self.unconfirmed = Some(ticket),
+            Record::Pair(p) => {
+                s.paired.insert(p.id.clone(), p);
+            }
+            Record::Unpair { device } => {
+                s.paired.remove(device.as_str());
+                s.entries.retain(|(d, _), e| *d != device || !e.held);
+            }
+            Record::PairCode(code) => s.codes.push(code),
+            Record::CodeSpent { digest } => s.codes.retain(|c| c.digest != digest),
+            Record::Seen { device, at } => {
+                if let Some(p) = s.paired.get_mut(device.as_str()) {
+                    p.last_seen = Some(at);
+                }
+            }
         }
         if self.history_off {
             self.working.entries.retain(|_, e| e.held || e.open);
@@ -193,6 +209,8 @@ impl MemoryJournal {
             open_cards,
             dedup,
             owed: s.owed.clone(),
+            paired: s.paired.values().cloned().collect(),
+            codes: s.codes.clone(),
         }
     }
 

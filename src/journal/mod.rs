@@ -109,6 +109,17 @@ pub enum Record {
     Handed { device: DeviceId, key: String },
     /// Report `Committed { ticket }` once everything before this is on disk.
     Confirm { ticket: u64 },
+    /// Pair a device, or pair it again: its row (its token's digest) replaces the old one
+    /// (issue 26).
+    Pair(crate::devices::Paired),
+    /// A device is revoked: its row goes, and what is held for it.
+    Unpair { device: DeviceId },
+    /// A pairing code waits (its digest, never the code itself).
+    PairCode(crate::devices::KeptCode),
+    /// A pairing code was spent.
+    CodeSpent { digest: [u8; 32] },
+    /// A paired device was seen at `at` (unix ms).
+    Seen { device: DeviceId, at: u64 },
 }
 
 /// A read the core needs answered, in order with the records.
@@ -188,4 +199,8 @@ pub struct Snapshot {
     /// Events the agent is still owed, in the order they were owed. Never dropped by the
     /// bounds nor by `Forget`: only `Handed` removes one.
     pub owed: Vec<Owed>,
+    /// Paired devices (issue 26).
+    pub paired: Vec<crate::devices::Paired>,
+    /// Pairing codes not yet spent nor expired.
+    pub codes: Vec<crate::devices::KeptCode>,
 }

@@ -48,6 +48,15 @@ pub enum ClientFrame<'a> {
     Forget {
         id: Cow<'a, str>,
     },
+    /// The paired devices (issue 26; owner connections only).
+    Devices {
+        id: Cow<'a, str>,
+    },
+    /// Revoke a paired device (issue 26; owner connections only).
+    Revoke {
+        id: Cow<'a, str>,
+        device: Cow<'a, str>,
+    },
     /// An unknown `t`: ignored after `hello` (decisions G3), fatal before it (G4).
     Unknown(Cow<'a, str>),
 }
@@ -231,7 +240,7 @@ pub(super) struct RawFrame<'a> {
     #[serde(borrow, default)]
     ts: Option<&'a RawValue>,
     #[serde(borrow, default)]
-    device: Option<Object<RawDevice<'a>>>,
+    device: Option<super::devices::DeviceField<'a>>,
     #[serde(borrow, default)]
     user: Option<Object<RawUser<'a>>>,
     #[serde(borrow, default)]
@@ -248,8 +257,14 @@ pub(super) struct RawFrame<'a> {
     pub(super) limit: Option<Scalar<'a>>,
 }
 
+impl<'a> RawFrame<'a> {
+    pub(super) fn device_field(&self) -> Option<&super::devices::DeviceField<'a>> {
+        self.device.as_ref()
+    }
+}
+
 #[derive(Deserialize, Default, Debug, Clone, PartialEq)]
-struct RawDevice<'a> {
+pub(super) struct RawDevice<'a> {
     #[serde(borrow, default)]
     id: Option<Scalar<'a>>,
     #[serde(borrow, default)]
@@ -363,6 +378,8 @@ fn validate<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
         "push_test" => super::push::test(raw),
         "history" => super::journal::history(raw),
         "forget" => super::journal::forget(raw),
+        "devices" => super::devices::devices(raw),
+        "revoke" => super::devices::revoke(raw),
         _ => Ok(ClientFrame::Unknown(Cow::Owned(t.into_owned()))),
     }
 }
@@ -376,8 +393,8 @@ fn hello<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let (no_device, no_user) = (RawDevice::default(), RawUser::default());
     let device = match &raw.device {
         None => &no_device,
-        Some(Object::Ok(d)) => d,
-        Some(Object::Wrong) => return Err(Rejection::bad_frame("device must be an object")),
+        Some(super::devices::DeviceField::Object(d)) => d,
+        Some(_) => return Err(Rejection::bad_frame("device must be an object")),
     };
     let user = match &raw.user {
         None => &no_user,

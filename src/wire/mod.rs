@@ -2,6 +2,7 @@
 //! what the gateway sends (and parsing of it, for Rust clients and tests).
 
 pub mod client;
+pub mod devices;
 pub mod error;
 pub mod journal;
 pub mod lenient;

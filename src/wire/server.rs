@@ -326,6 +326,9 @@ pub enum ServerFrame<'a> {
     Resumed(super::journal::Resumed),
     History(super::journal::HistoryAnswer),
     Forgotten(super::journal::Forgotten<'a>),
+    /// The device frames (issue 26).
+    Devices(super::devices::DevicesList<'a>),
+    Revoked(super::devices::Revoked<'a>),
     /// A type this client does not know: ignore it (protocol-v1.md "Versioning").
     Unknown(String),
 }
@@ -356,6 +359,8 @@ pub fn parse_server_frame(bytes: &[u8]) -> Result<ServerFrame<'_>, serde_json::E
         "resumed" => ServerFrame::Resumed(serde_json::from_slice(bytes)?),
         "history" => ServerFrame::History(serde_json::from_slice(bytes)?),
         "forgotten" => ServerFrame::Forgotten(serde_json::from_slice(bytes)?),
+        "devices" => ServerFrame::Devices(serde_json::from_slice(bytes)?),
+        "revoked" => ServerFrame::Revoked(serde_json::from_slice(bytes)?),
         "" => return Err(serde_json::Error::custom("empty frame type")),
         other => ServerFrame::Unknown(other.to_owned()),
     })
@@ -381,6 +386,8 @@ impl fmt::Display for ServerFrame<'_> {
             ServerFrame::Resumed(_) => "resumed",
             ServerFrame::History(_) => "history",
             ServerFrame::Forgotten(_) => "forgotten",
+            ServerFrame::Devices(_) => "devices",
+            ServerFrame::Revoked(_) => "revoked",
             ServerFrame::Unknown(t) => t,
         };
         f.write_str(t)

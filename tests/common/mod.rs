@@ -40,6 +40,9 @@ pub struct Harness {
     pub sweeps: usize,
     /// How each notification answer went (issue 25), by request.
     pub card_answers: Vec<(u64, hermes_mobile::CardAnswered)>,
+    /// How each pairing and each revocation went (issue 26), by request.
+    pub pairings: Vec<(u64, hermes_mobile::gateway::PairOutcome)>,
+    pub revocations: Vec<(u64, hermes_mobile::gateway::RevokeOutcome)>,
     /// Connections sent frames since the last pump's drain.
     got_frames: Vec<ConnId>,
 }
@@ -67,6 +70,8 @@ impl Harness {
             held_media: None,
             sweeps: 0,
             card_answers: Vec::new(),
+            pairings: Vec::new(),
+            revocations: Vec::new(),
             unread: Vec::new(),
             got_frames: Vec::new(),
         }
@@ -219,6 +224,8 @@ impl Harness {
                 }
                 Output::SaveMedia { name, data } => self.save_media(name, data),
                 Output::CardAnswered { request, outcome } => self.card_answers.push((request, outcome)),
+                Output::Paired { request, outcome } => self.pairings.push((request, outcome)),
+                Output::Revoked { request, outcome } => self.revocations.push((request, outcome)),
                 Output::DeleteMedia { device } => {
                     self.sweeps += 1;
                     self.media.retain(|name, _| {
@@ -310,6 +317,31 @@ impl Harness {
     /// A notification's button answered a card (issue 25; the server checked its token).
     pub fn card_answer(&mut self, request: u64, prompt: &str, option: &str) {
         self.gw.handle_card_answer(self.now, request, prompt, option);
+        self.pump();
+    }
+
+    /// `POST /pair` (issue 26; the server made `token`).
+    pub fn pair(
+        &mut self,
+        request: u64,
+        source: hermes_mobile::throttle::SourceKey,
+        code: &str,
+        device: &str,
+        token: &str,
+    ) {
+        let req = hermes_mobile::gateway::PairRequest {
+            code: code.into(),
+            device_id: device.into(),
+            name: "Pixel".into(),
+            platform: "android".into(),
+        };
+        self.gw.handle_pair(self.now, request, source, req, token.into());
+        self.pump();
+    }
+
+    /// `hermes-mobile devices revoke` (issue 26).
+    pub fn revoke(&mut self, request: u64, device: &str, forget: bool) {
+        self.gw.handle_revoke(self.now, request, device, forget);
         self.pump();
     }
 

@@ -248,6 +248,11 @@ fn core_config(given: &Given, token: &str) -> Result<Config, String> {
         "off" | "0" | "false" | "no" => false,
         other => return Err(format!("MOBILE_TRUST_LOOPBACK must be on or off, got {other:?}")),
     };
+    core.shared_token = match given.value("--shared-token").trim().to_ascii_lowercase().as_str() {
+        "" | "on" | "1" | "true" | "yes" => true,
+        "off" | "0" | "false" | "no" => false,
+        other => return Err(format!("MOBILE_SHARED_TOKEN must be on or off, got {other:?}")),
+    };
     core.home_device = get("--home-device")
         .map(str::trim)
         .filter(|h| !h.is_empty())

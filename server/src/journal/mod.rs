@@ -22,6 +22,7 @@
 //! the [`ClockSource`] given at open, which reads the wall clock afresh for each batch.
 
 mod bounds;
+pub mod devices;
 mod marks;
 mod open;
 mod rows;
@@ -203,15 +204,37 @@ impl Store {
 /// `history` while the gateway runs (WAL lets a reader in beside the writer). Times are
 /// unix milliseconds (a [`Clock`] with origin 0).
 pub fn read_device(path: &Path, device: &DeviceId) -> Result<Vec<Entry>, String> {
+    // Versions 2 and 3 added tables beside `entries`; a file the gateway has not migrated
+    // yet reads the same.
+    with_reader(path, |conn, _| {
+        rows::device_entries(conn, device, Clock { origin_unix_ms: 0 })
+    })
+}
+
+/// Every paired device with its journal's size, read-only (issue 26: `hermes-mobile
+/// devices` with the gateway stopped).
+pub fn read_devices(path: &Path) -> Result<Vec<devices::Listed>, String> {
+    with_reader(path, |conn, version| match version {
+        3.. => devices::list(conn),
+        _ => Ok(Vec::new()), // no device was ever paired
+    })
+}
+
+/// The journal sizes of these devices, read-only (beside a running gateway).
+pub fn read_history_sizes(path: &Path, ids: &[String]) -> Result<Vec<u64>, String> {
+    with_reader(path, |conn, _| devices::history_sizes(conn, ids))
+}
+
+/// Runs `f` on a read-only connection, with the file's schema version; a file made but
+/// never written reads as empty (`T::default()`).
+fn with_reader<T: Default>(path: &Path, f: impl FnOnce(&Connection, u32) -> rusqlite::Result<T>) -> Result<T, String> {
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX | OpenFlags::SQLITE_OPEN_URI;
     let conn = Connection::open_with_flags(reader_uri(path), flags).map_err(failed)?;
     conn.busy_timeout(BUSY_TIMEOUT).map_err(failed)?;
     match schema::version(&conn).map_err(failed)? {
-        0 => Ok(Vec::new()), // created, never written
-        // Version 2 added a table beside `entries`; a file the gateway has not migrated yet
-        // reads the same.
-        1..=schema::VERSION => rows::device_entries(&conn, device, Clock { origin_unix_ms: 0 }).map_err(failed),
+        0 => Ok(T::default()), // created, never written
+        v @ 1..=schema::VERSION => f(&conn, v).map_err(failed),
         newer => Err(schema::newer_reason(path, newer)),
     }
 }

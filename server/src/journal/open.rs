@@ -315,6 +315,8 @@ fn read_snapshot(conn: &Connection, clock: Clock, settings: &JournalSettings, no
         open_cards: rows::flagged(conn, Flag::Open, clock)?,
         dedup: rows::dedup(conn, now.saturating_sub(window), clock)?,
         owed: rows::owed(conn, clock)?,
+        paired: super::devices::paired(conn)?,
+        codes: super::devices::codes(conn, clock, now)?,
     })
 }
 

@@ -124,6 +124,11 @@ pub(super) fn apply(conn: &Connection, record: &Record, clock: Clock, now: u64) 
             .execute(params![device.0, key])
             .map(drop),
         Record::Confirm { .. } => Ok(()),
+        Record::Pair(_)
+        | Record::Unpair { .. }
+        | Record::PairCode(_)
+        | Record::CodeSpent { .. }
+        | Record::Seen { .. } => super::devices::apply(conn, record, clock),
     }
 }
 

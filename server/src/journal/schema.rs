@@ -12,7 +12,7 @@ use std::path::Path;
 use rusqlite::Connection;
 
 /// The schema this build reads and writes.
-pub(super) const VERSION: u32 = 2;
+pub(super) const VERSION: u32 = 3;
 
 /// The comments are part of the schema text, so `sqlite3 journal.sqlite3 .schema` shows an
 /// owner what each column means. Times are unix milliseconds.
@@ -78,7 +78,28 @@ CREATE TABLE owed (
 ) WITHOUT ROWID;
 ";
 
-const MIGRATIONS: [&str; VERSION as usize] = [V1, V2];
+/// Version 3: paired devices and pairing codes (issue 26). A device's token and a code are
+/// kept only as their SHA-256 digests: nothing here lets anyone connect or pair.
+const V3: &str = "
+-- Paired devices: each connects only with its own token (hermes-mobile devices lists them).
+CREATE TABLE devices (
+    id        TEXT NOT NULL PRIMARY KEY,
+    name      TEXT NOT NULL,
+    platform  TEXT NOT NULL,
+    owner     INTEGER NOT NULL, -- 1: may list and revoke devices (paired with pair --owner)
+    paired_at INTEGER NOT NULL, -- unix ms
+    last_seen INTEGER,          -- its latest connection or disconnection (unix ms)
+    token     BLOB NOT NULL     -- SHA-256 of its token, never the token
+) WITHOUT ROWID;
+-- Pairing codes not yet spent (hermes-mobile pair), each for 10 minutes unless --ttl.
+CREATE TABLE pair_codes (
+    digest  BLOB NOT NULL PRIMARY KEY, -- SHA-256 of the code, never the code
+    owner   INTEGER NOT NULL,          -- 1: pairs an owner device
+    expires INTEGER NOT NULL           -- unix ms
+) WITHOUT ROWID;
+";
+
+const MIGRATIONS: [&str; VERSION as usize] = [V1, V2, V3];
 
 pub(super) fn version(conn: &Connection) -> rusqlite::Result<u32> {
     conn.pragma_query_value(None, "user_version", |row| row.get(0))

@@ -208,6 +208,8 @@ fn records_round_trip_through_a_reopen() {
         open_cards: vec![a_card, b_card],
         dedup: vec![row1, row2, row3],
         owed: Vec::new(),
+        paired: Vec::new(),
+        codes: Vec::new(),
     };
     assert_eq!(snapshot, expected);
     // The CLI's view: every entry in seq order, times in unix ms.

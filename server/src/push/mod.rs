@@ -14,7 +14,7 @@ mod ntfy;
 mod request;
 mod retry_after;
 pub mod sender;
-mod store;
+pub mod store;
 pub mod vapid;
 
 use std::collections::HashMap;

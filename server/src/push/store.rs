@@ -106,6 +106,43 @@ pub fn read_subscriptions(state_dir: &Path) -> Result<Option<String>, String> {
         .map_err(|e| format!("{}: {e}", path.display()))
 }
 
+/// Whether `device` has a kept subscription (the CLI, with the gateway stopped).
+pub fn has_subscription(state_dir: &Path, device: &hermes_mobile::DeviceId) -> bool {
+    let Ok(Some(json)) = read_subscriptions(state_dir) else {
+        return false;
+    };
+    hermes_mobile::push::Registry::restore(&json).is_ok_and(|r| r.has(device))
+}
+
+/// Drops a revoked device's subscriptions with the gateway stopped (issue 26): the file is
+/// replaced whole, as the gateway replaces it.
+pub fn drop_device(state_dir: &Path, device: &hermes_mobile::DeviceId) -> Result<(), String> {
+    let Some(json) = read_subscriptions(state_dir)? else {
+        return Ok(());
+    };
+    let path = subscriptions_path(state_dir);
+    let mut registry = hermes_mobile::push::Registry::restore(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+    if !registry.unsubscribe(device) {
+        return Ok(());
+    }
+    let tmp = state_dir.join(format!("{SUBSCRIPTIONS_FILE}.tmp-{}", std::process::id()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(registry.snapshot().as_bytes()).and_then(|()| f.sync_all()));
+    // The same owner as the file it replaces (`sudo hermes-mobile devices revoke`).
+    if let Ok(m) = fs::metadata(&path) {
+        use std::os::unix::fs::MetadataExt;
+        let _ = std::os::unix::fs::chown(&tmp, Some(m.uid()), Some(m.gid()));
+    }
+    written
+        .and_then(|()| fs::rename(&tmp, &path))
+        .map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// A file copied in with looser permissions is made private again.
 fn tighten(path: &Path) -> Result<(), String> {
     fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(|e| format!("{}: {e}", path.display()))

@@ -67,6 +67,8 @@ impl Server {
             WiringIo::JournalWrite(records) => self.write_journal(records),
             WiringIo::JournalRead { token, read } => self.read_journal(token, read),
             WiringIo::CardAnswered { request, reply } => self.card_answered(request, reply, now),
+            WiringIo::Paired { request, outcome } => self.pair_answered(request, outcome, now),
+            WiringIo::Revoked { request, outcome } => self.control_revoked(request, outcome),
         }
     }
 

@@ -185,22 +185,29 @@ impl Server {
                 Some(out) => (out, None),
                 None => return, // answered once the file worker has read it
             },
-            Route::CardAnswer(req) => match self.ask_card_answer(key, req, len, now) {
-                Some(out) => (out, None),
-                // Its body is still coming (it never will once the client shut its side),
-                // or its answer waits for a commit.
-                None => {
-                    if ended
-                        && self
-                            .conns
-                            .get(key)
-                            .is_some_and(|c| matches!(c.phase(), Phase::Http { .. }))
-                    {
-                        self.kill(key, incomplete);
+            Route::CardAnswer(_) | Route::Pair(_) => {
+                let answer = match route {
+                    Route::CardAnswer(req) => self.ask_card_answer(key, req, len, now),
+                    Route::Pair(req) => self.ask_pair(key, req, len, now),
+                    _ => None,
+                };
+                match answer {
+                    Some(out) => (out, None),
+                    // Its body is still coming (it never will once the client shut its side),
+                    // or its answer waits for a commit.
+                    None => {
+                        if ended
+                            && self
+                                .conns
+                                .get(key)
+                                .is_some_and(|c| matches!(c.phase(), Phase::Http { .. }))
+                        {
+                            self.kill(key, incomplete);
+                        }
+                        return;
                     }
-                    return;
                 }
-            },
+            }
             Route::Asset(req) => match &self.config.web {
                 Some(web) => (web.respond(&req), None),
                 None => (

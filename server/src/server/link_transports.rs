@@ -554,7 +554,7 @@ fn signal_group(child: &Child, signal: i32) {
     }
 }
 
-fn set_umask(mask: u32) -> u32 {
+pub(super) fn set_umask(mask: u32) -> u32 {
     extern "C" {
         // POSIX `mode_t umask(mode_t mask)`; it cannot fail.
         fn umask(mask: u32) -> u32;

@@ -30,15 +30,18 @@ use crate::wiring::{Wiring, WiringIo};
 
 mod card_answers;
 mod carry_out;
+mod control;
 mod files;
 mod http_side;
 mod journal_io;
 mod link;
 mod link_lines;
 mod link_transports;
+mod pairing;
 mod timers;
 mod websocket;
 
+pub use control::CONTROL_SOCKET;
 pub use journal_io::JOURNAL_FILE;
 use link_transports::{LinkTransports, PeerHome};
 
@@ -113,6 +116,10 @@ pub struct Server {
     /// `/files/` answers being read or written (L63).
     file_answers: files::FileAnswers,
     card_answers: card_answers::CardAnswers,
+    /// `POST /pair`s waiting for their commit (issue 26).
+    pair_answers: pairing::PairAnswers,
+    /// `<state dir>/control.sock`: the CLI's way in (issue 26).
+    control: control::Control,
 }
 
 /// A link input to read again next turn.
@@ -244,8 +251,20 @@ impl Server {
             core_config.journal = Some(config.journal);
         }
         let mut core = Gateway::new(core_config);
+        core.handle_wall_clock(Time::ZERO, crate::journal::now_unix_ms());
         if let Some(snapshot) = opening.snapshot {
             core.restore(Time::ZERO, snapshot);
+        }
+        let mut control = control::Control::default();
+        let control_path = config.state_dir.join(CONTROL_SOCKET);
+        if let Err(e) = control.listen(poll.registry(), control_path.clone()) {
+            if e.kind() == io::ErrorKind::AddrInUse {
+                return Err(e);
+            }
+            log::warn!(
+                "control socket {}: {e}; `hermes-mobile devices` and `pair` act on the journal instead",
+                control_path.display()
+            );
         }
         // L63: an item carries `url` only while the media store still holds its file.
         let media = crate::state::MediaStore::names(&config.state_dir);
@@ -290,11 +309,20 @@ impl Server {
             journal_status: opening.status,
             file_answers: Default::default(),
             card_answers: Default::default(),
+            pair_answers: Default::default(),
+            control,
         })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
+    }
+
+    /// A pairing code made before the loop runs (the first start's): whether it was kept.
+    pub fn add_pair_code(&mut self, code: &str, owner: bool, ttl: Duration) -> bool {
+        let t = self.time(Instant::now());
+        let kept = hermes_mobile::devices::KeptCode::new(code, owner, t + ttl);
+        self.wiring.add_pair_code(t, kept).is_ok()
     }
 
     /// The agent, for the start-up log line.
@@ -339,6 +367,7 @@ impl Server {
             if self.shutting_down && (self.conns.is_empty() || self.grace_over) {
                 self.link_transports.stop_children(SHUTDOWN_GRACE);
                 self.close_journal();
+                self.control.stop();
                 log::info!("stopped");
                 return Ok(());
             }
@@ -356,6 +385,9 @@ impl Server {
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
+            // The times a device list shows (issue 26) follow the wall clock, NTP steps too.
+            self.wiring
+                .handle_wall_clock(self.time(now), crate::journal::now_unix_ms());
             for key in self.conns.turn().take_read_again() {
                 self.on_io(key, now);
             }
@@ -376,6 +408,10 @@ impl Server {
                         self.on_journal_done(now);
                     }
                     link_transports::AGENT_LISTENER => self.on_agent_accept(now),
+                    control::CONTROL_LISTENER => self.control_accept(now),
+                    token if control::Control::owns(token).is_some() => {
+                        self.control_io(control::Control::owns(token).unwrap_or(0), now)
+                    }
                     link_transports::CHILD_STDOUT => self.read_link_peer(PeerHome::Child, now),
                     link_transports::CHILD_STDIN => self.flush_link_peer(PeerHome::Child, now),
                     link_transports::CHILD_STDERR => self.read_child_stderr(),

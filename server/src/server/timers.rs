@@ -38,6 +38,7 @@ impl Server {
                 }
             }
             TimerKey::AgentHello(peer) => self.agent_hello_due(peer, now),
+            TimerKey::Control(key, serial) => self.control_overdue(key, serial),
             TimerKey::Call(call) => self.on_upstream_timer(call, now),
             TimerKey::Trim => crate::memory::trim(),
             TimerKey::AcceptRetry => self.accept_all(now),
@@ -66,6 +67,7 @@ impl Server {
                 self.kill(at.key, "the file's answer was not out in time")
             }
             ConnTimer::CardAnswer if self.card_answers.has(at) => self.card_answer_overdue(at, now),
+            ConnTimer::Pair if self.pair_answers.has(at) => self.pair_overdue(at, now),
             ConnTimer::Hello if conn.agent_peer().is_some() && !conn.authenticated() => {
                 self.kill(at.key, "no agent hello within the hello timeout")
             }

@@ -16,8 +16,11 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 
 use hermes_mobile::agent_link::{FileHandover, PeerId};
+use hermes_mobile::devices::{CodeError, KeptCode};
+use hermes_mobile::gateway::{PairOutcome, PairRequest, RevokeOutcome};
 use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::{Read, ReadResult, Record};
+use hermes_mobile::throttle::SourceKey;
 use hermes_mobile::{AgentEvent, CardAnswered, ConnId, DeviceId, Gateway, Output, Peer, Time};
 
 use crate::agent::io::{AgentIo, CallEvent, CallId, LoadError, LoadTag, PeerInput};
@@ -88,6 +91,10 @@ pub enum WiringIo {
     JournalRead { token: u64, read: Read },
     /// The answer to `POST /card-answer` `request` ([`Wiring::handle_card_answer`]).
     CardAnswered { request: u64, reply: Reply },
+    /// The answer to `POST /pair` `request` ([`Gateway::handle_pair`]).
+    Paired { request: u64, outcome: PairOutcome },
+    /// How the control socket's revocation `request` went ([`Gateway::handle_revoke`]).
+    Revoked { request: u64, outcome: RevokeOutcome },
 }
 
 impl std::fmt::Debug for WiringIo {
@@ -113,6 +120,8 @@ impl std::fmt::Debug for WiringIo {
             WiringIo::JournalWrite(records) => write!(f, "JournalWrite({} records)", records.len()),
             WiringIo::JournalRead { token, .. } => write!(f, "JournalRead({token})"),
             WiringIo::CardAnswered { request, reply } => write!(f, "CardAnswered({request}, {reply:?})"),
+            WiringIo::Paired { request, .. } => write!(f, "Paired({request})"),
+            WiringIo::Revoked { request, outcome } => write!(f, "Revoked({request}, {outcome:?})"),
         }
     }
 }
@@ -335,6 +344,25 @@ impl Wiring {
         None
     }
 
+    /// `POST /pair` (issue 26): answered as [`WiringIo::Paired`].
+    pub fn handle_pair(&mut self, t: Time, request: u64, source: SourceKey, req: PairRequest, token: String) {
+        self.core.handle_pair(t, request, source, req, token);
+    }
+
+    /// A pairing code from the CLI (issue 26).
+    pub fn add_pair_code(&mut self, t: Time, code: KeptCode) -> Result<(), CodeError> {
+        self.core.add_pair_code(t, code)
+    }
+
+    /// The CLI's revocation (issue 26): answered as [`WiringIo::Revoked`].
+    pub fn handle_revoke(&mut self, t: Time, request: u64, device: &str, forget: bool) {
+        self.core.handle_revoke(t, request, device, forget);
+    }
+
+    pub fn handle_wall_clock(&mut self, t: Time, unix_ms: u64) {
+        self.core.handle_wall_clock(t, unix_ms);
+    }
+
     /// `POST /card-answer`s refused so far.
     pub fn card_answer_refusals(&self) -> u64 {
         self.refusals.total
@@ -503,6 +531,8 @@ impl Wiring {
                     CardAnswered::NotKept => Reply::NotKept,
                 },
             },
+            Output::Paired { request, outcome } => WiringIo::Paired { request, outcome },
+            Output::Revoked { request, outcome } => WiringIo::Revoked { request, outcome },
         };
         self.io.push_back(io);
     }
