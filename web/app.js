@@ -1,21 +1,23 @@
 // The chat app served at `/`. Everything the agent or the server sends is put in the page
 // with textContent / attributes of our choosing; never as HTML.
-import { HermesClient, HermesError, charCount, newDeviceId, newId, MAX_TEXT_CHARS } from '/protocol.js';
+import { HermesClient, HermesError, charCount, newDeviceId, newId, pairWithCode, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
-import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
+import { hasHiddenChars, kindFromMime, revealHiddenChars, splitHiddenChars } from '/protocol.js';
 import { pairsThisPage, renderMarkdown } from '/markdown.js';
 import { History, journalKey, mediaRecord, recordOfItem } from '/history.js';
 import { initVoice } from '/voice.js';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
-  pair: $('pair'), tokenInput: $('token-input'), pairError: $('pair-error'),
+  pair: $('pair'), tokenInput: $('token-input'), pairError: $('pair-error'), pairButton: $('pair-button'),
   forget: $('forget-button'), status: $('status'), retry: $('retry-button'),
   avatarState: $('avatar-state'), avatarFrame: $('avatar-frame'), typing: $('typing'), notice: $('notice'),
   chat: $('chat'), messages: $('messages'), bar: $('composer-bar'), composer: $('composer'), send: $('send-button'),
   fileInput: $('file-input'), attach: $('attach-button'), caption: $('caption-input'), mic: $('mic-button'),
   counter: $('counter'), drop: $('drop-zone'), recLine: $('rec-line'), recTime: $('rec-time'),
   tokenDialog: $('token-dialog'), forgetDialog: $('forget-dialog'),
+  devicesButton: $('devices-button'), devicesPanel: $('devices-panel'), devicesList: $('devices-list'),
+  devicesNote: $('devices-note'), revokeDialog: $('revoke-dialog'),
 };
 const KEY_TOKEN = 'hermes.token';
 const KEY_DEVICE = 'hermes.deviceId';
@@ -1016,18 +1018,24 @@ function onStatus({ detail }) {
     queueAvatar('idle');
   }
   if (detail.state === 'noaccess') {
-    // L52: after failed attempts the gateway refuses an address for a while; say so, or
-    // the owner would paste a token that is right.
-    ui.pairError.textContent = /^too many failed attempts/.test(detail.message || '')
-      ? `The gateway is refusing this address for now after failed attempts (${detail.message}). Wait, then press Pair again.`
-      : `The gateway refused this token (${detail.code}). Paste the current token or open a new pairing link.`;
-    ui.pairError.hidden = false;
+    pairMessage(noAccessText(detail));
     showScreen('pair');
   }
   if (detail.state === 'online') {
-    ui.pairError.hidden = true;
+    pairMessage('');
     if (ui.notice.dataset.kind === 'fatal') ui.notice.textContent = ''; // it is over
   }
+}
+
+// L52: after failed attempts the gateway refuses an address for a while; say so, or the
+// owner would paste a token that is right. Otherwise the token is refused for good: a wrong
+// one, or this device's after it was revoked (issue 26), whose gateway's words it shows.
+function noAccessText(d) {
+  if (/^too many failed attempts/.test(d.message || '')) {
+    return `The gateway is refusing this address for now after failed attempts (${d.message}). Wait, then press Pair again.`;
+  }
+  const said = d.message ? `${d.message}, ${d.code}` : d.code;
+  return `This browser has no access (the gateway said: ${said}). Pair it again: run hermes-mobile pair and open its link, or paste the current token.`;
 }
 
 function showTyping(on) {
@@ -1263,6 +1271,158 @@ function onError({ detail: d }) {
   }
 }
 
+// ---- devices (issue 26): the paired devices, for an owner ---------------------------------------
+//
+// Only an owner's connection (the shared token, or a device paired with `--owner`) may list
+// and revoke devices; any other gets `forbidden`, and the page then shows nothing of it. The
+// list is asked after each `ready` and whenever the panel opens, so "online" and "last seen"
+// are fresh when looked at.
+
+const devices = {
+  owner: false, // the last `devices` of this client's connection was answered
+  visible: false, // the chat screen is showing
+  open: false,
+  items: [],
+  asked: 0, // counts requests: an answer overtaken by a newer one is dropped
+  revoking: null, // the item the revoke dialog asks about
+};
+
+async function refreshDevices(c) {
+  if (!c || !c.online) return;
+  const asked = ++devices.asked;
+  let items;
+  try {
+    items = await c.devices();
+  } catch (e) {
+    if (client !== c || asked !== devices.asked) return;
+    if (e.code === 'offline' || e.code === 'timeout') {
+      devicesNote(`The list could not be loaded (${e.code}).`, 'error');
+      return;
+    }
+    // `forbidden`: not an owner. Anything else: a gateway older than devices.
+    devices.owner = false;
+    devices.open = false;
+    renderDevices();
+    return;
+  }
+  if (client !== c || asked !== devices.asked) return;
+  devices.owner = true;
+  devices.items = items;
+  renderDevices();
+}
+
+function devicesNote(text, kind = 'info') {
+  ui.devicesNote.textContent = text;
+  ui.devicesNote.dataset.kind = kind;
+  ui.devicesNote.hidden = !text;
+}
+
+function renderDevices() {
+  const shown = devices.visible && devices.owner;
+  const open = shown && devices.open;
+  ui.devicesButton.hidden = !shown;
+  ui.devicesButton.setAttribute('aria-expanded', String(open));
+  ui.devicesPanel.hidden = !open;
+  if (!open) return;
+  const own = client ? client.deviceId : store.get(KEY_DEVICE);
+  const rows = devices.items.map((d) => deviceRow(d, d.id === own));
+  if (!rows.length) rows.push(el('li', 'devices-empty', 'No device is paired yet: run hermes-mobile pair to pair one with a code.'));
+  ui.devicesList.replaceChildren(...rows);
+}
+
+const shownName = (d) => (typeof d.name === 'string' && d.name ? d.name : d.id);
+
+// One device: its name and id as they are (hidden characters shown as ⟨U+…⟩ markers, issue
+// 23: a name could otherwise pass for another device's), where it runs, when it was paired
+// and last seen, and its Revoke button.
+function deviceRow(d, self) {
+  const li = el('li', 'device');
+  li.dataset.deviceId = d.id;
+  li.dataset.online = String(d.online === true);
+  const head = el('div', 'device-head');
+  head.append(revealed('span', 'device-name', shownName(d)));
+  if (d.online === true) head.append(el('span', 'device-badge online', 'online'));
+  if (d.owner === true) head.append(el('span', 'device-badge owner', 'owner'));
+  if (self) head.append(el('span', 'device-badge self', 'this device'));
+  const facts = el('div', 'device-facts');
+  const platform = typeof d.platform === 'string' && d.platform ? d.platform : 'unknown platform';
+  facts.append(revealed('code', 'device-id', d.id), ` · ${revealHiddenChars(platform)}`);
+  if (Number.isFinite(d.paired_at)) facts.append(` · paired ${fmtDate(d.paired_at)}`);
+  if (d.online !== true) { // online: its badge says so
+    const seen = Number.isFinite(d.last_seen) ? `last seen ${fmtAgo(d.last_seen)}` : 'not seen since pairing';
+    facts.append(' · ', el('span', 'device-seen', seen));
+  }
+  if (d.push === true) facts.append(' · notifications on');
+  const revoke = el('button', 'secondary-button device-revoke', 'Revoke');
+  revoke.type = 'button';
+  revoke.setAttribute('aria-label', `Revoke ${revealHiddenChars(shownName(d))}`);
+  revoke.addEventListener('click', () => askRevoke(d, self));
+  const text = el('div', 'device-text');
+  text.append(head, facts);
+  li.append(text, revoke);
+  return li;
+}
+
+function fmtDate(ms) {
+  return new Date(ms).toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
+}
+
+function fmtAgo(ms) {
+  const s = Math.round((Date.now() - ms) / 1000);
+  if (s < 60) return 'just now';
+  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
+  return fmtDate(ms);
+}
+
+function askRevoke(d, self) {
+  devices.revoking = d;
+  revealInto($('revoke-name'), shownName(d));
+  $('revoke-self').hidden = !self;
+  ui.revokeDialog.showModal();
+}
+
+async function revokeDevice(d) {
+  const c = client;
+  if (!c) return;
+  const name = `“${revealHiddenChars(shownName(d))}”`;
+  devicesNote(`Revoking ${name}…`);
+  try {
+    await c.revoke(d.id);
+    devicesNote(`${name} is revoked: it has no access any more.`);
+  } catch (e) {
+    devicesNote(`${name} was not revoked: ${errorText(e)}`, 'error');
+  }
+  $('devices-title').focus(); // its row and button go away with the refresh
+  refreshDevices(c);
+}
+
+function toggleDevices(open) {
+  devices.open = open;
+  if (open) devicesNote('');
+  renderDevices();
+  if (open) {
+    $('devices-title').focus();
+    refreshDevices(client);
+  } else {
+    ui.devicesButton.focus();
+  }
+}
+
+ui.devicesButton.addEventListener('click', () => toggleDevices(!devices.open));
+$('devices-close').addEventListener('click', () => toggleDevices(false));
+$('revoke-cancel').addEventListener('click', () => {
+  devices.revoking = null;
+  ui.revokeDialog.close();
+});
+$('revoke-confirm').addEventListener('click', () => {
+  const d = devices.revoking;
+  devices.revoking = null;
+  ui.revokeDialog.close();
+  if (d) revokeDevice(d);
+});
+ui.revokeDialog.addEventListener('cancel', () => (devices.revoking = null)); // Esc keeps it
+
 // ---- pairing and the client's life ---------------------------------------------------------------
 
 function showScreen(which) {
@@ -1272,7 +1432,16 @@ function showScreen(which) {
   ui.bar.hidden = !chat;
   ui.forget.hidden = !store.get(KEY_TOKEN) && !client;
   push.show(chat);
+  devices.visible = chat;
+  renderDevices();
   if (!chat) setTimeout(() => ui.tokenInput.focus(), 0);
+}
+
+// The line above the pairing form: an error, or (kind 'info') what is going on; '' hides it.
+function pairMessage(text, kind = 'error') {
+  ui.pairError.textContent = text;
+  ui.pairError.dataset.kind = kind;
+  ui.pairError.hidden = !text;
 }
 
 function deviceName() {
@@ -1290,6 +1459,7 @@ function start(token) {
     store.set(KEY_DEVICE, deviceId);
   }
   client = new HermesClient({ token, deviceId, deviceName: deviceName(), appVersion: '1.0.0', seqStore });
+  devices.owner = false; // until this token's connection is asked (onReady)
   const on = (t, f) => client.addEventListener(t, f);
   on('status', onStatus);
   on('message', onAgentMessage);
@@ -1303,6 +1473,7 @@ function start(token) {
   on('ready', (e) => {
     onJournalReady(e);
     push.onReady(client);
+    refreshDevices(client);
   });
   on('resumed', onResumed);
   on('confirmed', (e) => markBubble(e.detail.id, 'final', null, e.detail.seq));
@@ -1325,67 +1496,138 @@ function stop() {
   c.close();
 }
 
-function pair(token) {
-  token = (token || '').trim();
-  const m = /[#&]token=([^&\s]+)/.exec(token); // a pasted pairing link
-  if (m) {
-    try {
-      token = decodeURIComponent(m[1]);
-    } catch {
-      ui.pairError.textContent = 'That link is not valid'; // a malformed %-escape
-      ui.pairError.hidden = false;
-      ui.tokenInput.focus();
-      return;
-    }
+function pair(input) {
+  let token = (input || '').trim();
+  let link;
+  try {
+    link = pastedLink(token);
+  } catch {
+    pairMessage('That link is not valid'); // a malformed %-escape
+    ui.tokenInput.focus();
+    return;
   }
+  if (link && link.code) {
+    ui.tokenInput.value = '';
+    pairCode(link.code);
+    return;
+  }
+  if (link) token = link.token;
   if (!token) {
-    ui.pairError.textContent = 'Paste the token first.';
-    ui.pairError.hidden = false;
+    pairMessage('Paste the token first.');
     ui.tokenInput.focus();
     return;
   }
   store.set(KEY_TOKEN, token);
   ui.tokenInput.value = '';
-  ui.pairError.hidden = true;
+  pairMessage('');
   start(token);
 }
 
-// `#token=…`: pair at once, then take the token out of the address bar. replaceState also
-// rewrites this session history entry (Back does not bring the token back), but the URL as
-// first opened may stay in the browser's global history, which "Forget this device" does
-// not clear (a page cannot).
-function tokenFromFragment() {
-  const h = location.hash;
-  if (!/^#(.*&)?token=/.test(h)) return null;
-  const token = new URLSearchParams(h.slice(1)).get('token');
-  history.replaceState(history.state, '', location.pathname + location.search);
-  return token && token.trim();
+// A pasted pairing link: its code (`#pair=`, issue 26) or its token (`#token=`); null for a
+// token pasted alone. Throws on a malformed %-escape.
+function pastedLink(text) {
+  const code = /[#&]pair=([^&\s]+)/.exec(text);
+  if (code) return { code: decodeURIComponent(code[1]).trim() };
+  const token = /[#&]token=([^&\s]+)/.exec(text);
+  return token ? { token: decodeURIComponent(token[1]) } : null;
 }
 
-// A token from a link replaces the one in use only when the person says so (issue 23): a
-// link in an agent's reply, or on any page, could otherwise log the owner out or move this
-// browser to a token of someone else's choosing. With none in use (a first pairing, from
-// the link or QR code of `hermes-mobile pair`) it pairs at once.
-let offeredToken = null;
-function linkedToken(token) {
+// `#pair=…` (a pairing code, issue 26) or `#token=…`: taken out of the address bar at once,
+// then used. replaceState also rewrites this session history entry (Back does not bring it
+// back), but the URL as first opened may stay in the browser's global history, which
+// "Forget this device" does not clear (a page cannot): a code there is spent or expired by
+// then; a token is not.
+function linkFromFragment() {
+  const h = location.hash;
+  if (!/^#(.*&)?(token|pair)=/.test(h)) return null;
+  const p = new URLSearchParams(h.slice(1));
+  history.replaceState(history.state, '', location.pathname + location.search);
+  const code = (p.get('pair') || '').trim();
+  const token = (p.get('token') || '').trim();
+  return code ? { code } : token ? { token } : null;
+}
+
+// A link replaces the token in use only when the person says so (issue 23): a link in an
+// agent's reply, or on any page, could otherwise log the owner out or move this browser to a
+// token of someone else's choosing. With none in use (a first pairing, from the link or QR
+// code of `hermes-mobile pair`) it pairs at once; so does a code while the token in use is
+// refused (`noaccess`: a revoked device paired again), since there is nothing to lose.
+let offered = null; // {token} or {code} of the link waiting for the person's answer
+function linked(link) {
   const current = store.get(KEY_TOKEN) || (client && client.opts.token);
-  if (!current) return pair(token);
-  if (token === current) return;
-  offeredToken = token;
+  if (link.code) {
+    if (!current || (client && status.state === 'noaccess')) return pairCode(link.code);
+  } else {
+    if (!current) return pair(link.token);
+    if (link.token === current) return;
+  }
+  offered = link;
+  $('token-dialog-token').hidden = !!link.code;
+  $('token-dialog-code').hidden = !link.code;
   if (!ui.tokenDialog.open) ui.tokenDialog.showModal();
 }
 
 // Decided in the click itself, not on the dialog's `close` event: that comes a task later,
 // after a next link may already have offered another token.
 function answerOffer(replace) {
-  const token = offeredToken;
-  offeredToken = null;
+  const link = offered;
+  offered = null;
   if (ui.tokenDialog.open) ui.tokenDialog.close();
-  if (replace && token) pair(token);
+  if (!replace || !link) return;
+  if (link.code) pairCode(link.code);
+  else pair(link.token);
 }
 $('token-keep').addEventListener('click', () => answerOffer(false));
 $('token-replace').addEventListener('click', () => answerOffer(true));
-ui.tokenDialog.addEventListener('cancel', () => (offeredToken = null)); // Esc keeps it too
+ui.tokenDialog.addEventListener('cancel', () => (offered = null)); // Esc keeps it too
+
+// A pairing code (issue 26) is exchanged at once for a token of this device's own, which is
+// kept as a pasted token is; the code itself is kept nowhere. The device id goes with it, so
+// a browser paired before stays the same device (and keeps its history); one with none takes
+// the id the gateway makes. A failure leaves the token in use, if any, as it was.
+let pairing = false;
+async function pairCode(code) {
+  if (pairing) return;
+  pairing = true;
+  if (!client || !ui.pair.hidden) {
+    showScreen('pair');
+    pairMessage('Pairing this browser…', 'info');
+  }
+  ui.pairButton.disabled = true;
+  try {
+    const device = { id: store.get(KEY_DEVICE) || '', name: deviceName(), platform: 'web' };
+    const { token, deviceId } = await pairWithCode(location.origin, code, device);
+    store.set(KEY_DEVICE, deviceId);
+    store.set(KEY_TOKEN, token);
+    pairMessage('');
+    start(token);
+  } catch (e) {
+    if (ui.pair.hidden) notice(pairFailure(e)); // the chat goes on with the token in use
+    else pairMessage(pairFailure(e));
+  } finally {
+    pairing = false;
+    ui.pairButton.disabled = false;
+  }
+}
+
+function pairFailure(e) {
+  switch (e && e.code) {
+    case 'forbidden':
+      return 'This pairing code is wrong, used or expired: run hermes-mobile pair again and open the new link.';
+    case 'too_many_attempts':
+      return `Too many pairing attempts from this address: try again in ${e.retryAfter} s.`;
+    case 'full':
+      return 'The gateway has as many paired devices as it keeps: revoke one you no longer use, then pair again.';
+    case 'unavailable':
+      return `This gateway cannot pair with a code (${e.message}): paste the token instead.`;
+    case 'not_kept':
+      return 'The gateway could not save the pairing: open the link again.';
+    case 'network':
+      return 'The gateway could not be reached: check the connection, then open the link again.';
+    default:
+      return `Pairing failed: ${errorText(e)}`;
+  }
+}
 
 // "Forget this device", once confirmed: the gateway drops the device's journal, what it
 // holds for it and its push subscriptions (L60); then this browser forgets the token, the
@@ -1417,7 +1659,8 @@ async function forget() {
   setAvatar('idle');
   status = { state: 'offline' };
   renderStatus();
-  ui.pairError.hidden = true;
+  pairMessage('');
+  devices.owner = false;
   showScreen('pair');
   ui.forget.hidden = true;
   if (!told) notice('The gateway could not be reached, so it still keeps this device’s conversation (until its own limits drop it). This browser forgot it.');
@@ -1440,8 +1683,8 @@ ui.retry.addEventListener('click', () => {
   else client.reconnectNow();
 });
 window.addEventListener('hashchange', () => {
-  const t = tokenFromFragment();
-  if (t) linkedToken(t);
+  const link = linkFromFragment();
+  if (link) linked(link);
 });
 // The network back, a shown tab, a page back from the back/forward cache: HermesClient
 // reconnects by itself (resume()), and never takes the device back from the tab that
@@ -1462,10 +1705,10 @@ initNotificationOpen(ui.messages);
 registerServiceWorker();
 
 (function boot() {
-  const linked = tokenFromFragment();
+  const link = linkFromFragment();
   const stored = store.get(KEY_TOKEN);
   renderStatus();
   if (stored) start(stored);
-  if (linked) linkedToken(linked); // pairs when no token is stored; asks when another one is
+  if (link) linked(link); // pairs when no token is stored; asks when another one is
   else if (!stored) showScreen('pair');
 })();

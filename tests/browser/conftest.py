@@ -75,7 +75,8 @@ class Gateway:
     def pair_url(self):
         return f"{self.base}/#token={TOKEN}"
 
-    def start(self, timeout=15):
+    def env(self):
+        """The gateway's environment: its settings, also for a CLI command run against it."""
         env = {k: v for k, v in os.environ.items() if not k.startswith("MOBILE_")}
         env.update(
             MOBILE_HOST="127.0.0.1",
@@ -87,6 +88,25 @@ class Gateway:
         if os.environ.get("WEB_DIR"):
             env["MOBILE_WEB_DIR"] = os.environ["WEB_DIR"]
         env.update(self.extra_env)
+        return env
+
+    def cli(self, *args, timeout=30):
+        """`hermes-mobile ARGS… --state-dir <its state dir>` with its settings: the finished
+        process (stdout and stderr as text). Raises when it fails."""
+        r = subprocess.run(
+            [str(GATEWAY), *args, "--state-dir", str(self.state_dir)],
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"hermes-mobile {' '.join(args)} exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+        return r
+
+    def start(self, timeout=15):
+        env = self.env()
         self.starts += 1
         log = open(self.log_path, "ab")
         log.write(f"---- start {self.starts}\n".encode())
