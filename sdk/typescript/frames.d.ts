@@ -6,7 +6,7 @@ export {};
 
 /**
  * hermes-mobile Protocol v1 frame
- * Any frame of Protocol v1 as hermes-mobile speaks it, in either direction: one JSON object per WebSocket message, its type in t. The root takes a frame of either direction (one entry per t; media, prompt, typing and history exist both ways); $defs/ClientFrame and $defs/ServerFrame take one direction. Frames are described as a client should send them: t, kind, format and option_id in lower case (the gateway also lower-cases them, decisions G2), ids of at most 128 characters (it cuts longer ones, G8). Unknown fields are allowed (G5: ignored), so newer gateways and clients stay compatible. References: protocol-v1.md, decisions.md, docs/decisions-local.md, docs/push.md; the journal's frames and fields (resume, seq, received, resumed, history, forget, forgotten): docs/decisions-local.md L56-L60.
+ * Any frame of Protocol v1 as hermes-mobile speaks it, in either direction: one JSON object per WebSocket message, its type in t. The root takes a frame of either direction (one entry per t; media, prompt, typing, history and devices exist both ways); $defs/ClientFrame and $defs/ServerFrame take one direction. Frames are described as a client should send them: t, kind, format and option_id in lower case (the gateway also lower-cases them, decisions G2), ids of at most 128 characters (it cuts longer ones, G8). Unknown fields are allowed (G5: ignored), so newer gateways and clients stay compatible. References: protocol-v1.md, decisions.md, docs/decisions-local.md, docs/push.md; the journal's frames and fields (resume, seq, received, resumed, history, forget, forgotten): docs/decisions-local.md L56-L60; paired devices (devices, revoke, revoked; owner connections only): docs/security.md.
  */
 export type Frame =
   | ClientHello
@@ -23,6 +23,8 @@ export type Frame =
   | ClientPushTest
   | AnyHistory
   | ClientForget
+  | AnyDevices
+  | ClientRevoke
   | ServerReady
   | ServerMessage
   | ServerPromptDone
@@ -35,7 +37,8 @@ export type Frame =
   | ServerPushSent
   | ServerReceived
   | ServerResumed
-  | ServerForgotten;
+  | ServerForgotten
+  | ServerRevoked;
 
 /** A frame a client (phone app or service) sends. */
 export type ClientFrame =
@@ -52,7 +55,9 @@ export type ClientFrame =
   | ClientPushUnsubscribe
   | ClientPushTest
   | ClientHistory
-  | ClientForget;
+  | ClientForget
+  | ClientDevices
+  | ClientRevoke;
 
 /** A frame the gateway sends to a client. */
 export type ServerFrame =
@@ -72,7 +77,9 @@ export type ServerFrame =
   | ServerReceived
   | ServerResumed
   | ServerHistory
-  | ServerForgotten;
+  | ServerForgotten
+  | ServerDevices
+  | ServerRevoked;
 
 /** The first frame of a connection: the app token and who the device is. */
 export interface ClientHello {
@@ -260,6 +267,23 @@ export interface ClientForget {
   id: Id;
 }
 
+/** Asks for the list of paired devices (issue 26), answered by a devices frame with the same id. Owner connections only (the shared MOBILE_TOKEN, or a device paired with --owner); any other connection gets error forbidden, not fatal, with this id. */
+export interface ClientDevices {
+  t: "devices";
+  id: Id;
+}
+
+/** Revokes a paired device (issue 26): its token stops working, its live connections are closed (auth_failed, fatal, close 1008), its push subscriptions and what is held for it are deleted; answered revoked once that is on disk. Owner connections only: any other gets error forbidden, not fatal. A device id that is not paired gets error bad_frame, not fatal, with this id. */
+export interface ClientRevoke {
+  t: "revoke";
+  id: Id;
+  /**
+   * The paired device's id, as a devices item gives it (a string; hello.device is an object).
+   * @minLength 1
+   */
+  device: Tag;
+}
+
 /** The answer to hello. */
 export interface ServerReady {
   t: "ready";
@@ -442,6 +466,45 @@ export interface ServerForgotten {
   id: EchoedId;
 }
 
+/** The answer to a devices frame with this id (issue 26): every paired device, ordered by id. Devices that connect with the shared MOBILE_TOKEN or a MOBILE_EXTRA_TOKENS entry are not paired and not listed. */
+export interface ServerDevices {
+  t: "devices";
+  id: EchoedId;
+  /** @maxItems 256 */
+  items: DeviceItem[];
+}
+
+/** The answer to revoke with this id (issue 26): the device is revoked, and that is on disk. */
+export interface ServerRevoked {
+  t: "revoked";
+  id: EchoedId;
+  /** The revoked device's id. */
+  device: Tag;
+}
+
+/** One paired device in a devices answer. */
+export interface DeviceItem {
+  /**
+   * The device id: the session is mobile:<id>; revoke takes it.
+   * @minLength 1
+   */
+  id: Tag;
+  /** The device's name, as the gateway keeps it. */
+  name: Tag;
+  /** Its platform (android, ios, web…), as the gateway keeps it; may be empty. */
+  platform: Tag;
+  /** When it paired, unix milliseconds. */
+  paired_at: UnixMs;
+  /** When it was last connected, unix milliseconds; null when it has not connected since it paired. */
+  last_seen: UnixMs | null;
+  /** It has a live connection now. */
+  online: boolean;
+  /** It has a push subscription (docs/push.md). */
+  push: boolean;
+  /** It was paired with --owner: it may list and revoke devices. */
+  owner: boolean;
+}
+
 /** One journal entry in a history answer, whole, with the seq of its latest change (L59): the agent's message, the person's own text, voice note or file (from: user), a file from the agent, or a card. */
 export type HistoryItem =
   | HistoryMessage
@@ -558,6 +621,12 @@ export type Seq = number;
 export type SeqOrZero = number;
 
 /**
+ * A time as milliseconds since the unix epoch (UTC).
+ * @minimum 0
+ */
+export type UnixMs = number;
+
+/**
  * The id of the client frame answered, as the gateway kept it (cut to 128 characters, G8; possibly empty if the client sent it empty).
  * @maxLength 128
  */
@@ -664,6 +733,9 @@ export type AnyTyping = ClientTyping | ServerTyping;
 /** A history frame of either direction: the request or its answer. */
 export type AnyHistory = ClientHistory | ServerHistory;
 
+/** A devices frame of either direction: the request or its answer. */
+export type AnyDevices = ClientDevices | ServerDevices;
+
 /** The frames the client sends, by their `t`. */
 export interface ClientFrameMap {
   hello: ClientHello;
@@ -680,6 +752,8 @@ export interface ClientFrameMap {
   push_test: ClientPushTest;
   history: ClientHistory;
   forget: ClientForget;
+  devices: ClientDevices;
+  revoke: ClientRevoke;
 }
 
 /** The `t` of a frame the client sends. */
@@ -704,6 +778,8 @@ export interface ServerFrameMap {
   resumed: ServerResumed;
   history: ServerHistory;
   forgotten: ServerForgotten;
+  devices: ServerDevices;
+  revoked: ServerRevoked;
 }
 
 /** The `t` of a frame the gateway sends. */

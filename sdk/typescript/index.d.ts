@@ -6,6 +6,7 @@
 import type {
   AvatarState,
   Capabilities,
+  DeviceItem,
   DownloadKind,
   ErrorCode,
   HistoryItem,
@@ -49,9 +50,10 @@ export type HermesErrorCode =
   | ErrorCode
   | 'bad_config' // a bad option: no token, no WebSocket, no url outside a page
   | 'prompt_closed' // answer() to a card that is closed
-  | 'offline' // a request (push, history, forget) while not connected, or the connection lost before its answer
+  | 'offline' // a request (push, history, forget, devices, revoke) while not connected, or the connection lost before its answer
   | 'timeout' // a request not answered within requestTimeoutMs
   | 'read_failed' // a file could not be read
+  | PairErrorCode // pairWithCode()
   | (string & {});
 
 /** An error with a protocol-style `code` (too_big, bad_frame, prompt_closed, offline, …). */
@@ -59,6 +61,8 @@ export declare class HermesError extends Error {
   constructor(code: HermesErrorCode, message?: string);
   readonly name: 'HermesError';
   code: HermesErrorCode;
+  /** Seconds to wait before trying again, when the gateway said (pairWithCode's `too_many_attempts`: its `Retry-After`). */
+  retryAfter?: number;
 }
 
 /** Counts characters as G1 does: Unicode scalar values (code points). */
@@ -93,6 +97,47 @@ export declare function base64ToBytes(b64: string): Uint8Array;
 export declare function bytesToBase64Url(bytes: Uint8Array): string;
 /** Decodes base64url or base64, with or without padding. Throws on anything else. */
 export declare function base64UrlToBytes(s: string): Uint8Array;
+
+// ---- pairing (issue 26, docs/security.md) --------------------------------------------------
+
+/** Why pairWithCode() failed: the `code` of the HermesError it rejects with. */
+export type PairErrorCode =
+  | 'forbidden' // 403: a wrong, spent or expired code (ask the owner for a new one)
+  | 'too_many_attempts' // 429: more than 10 failed attempts in a minute from this address; see `retryAfter`
+  | 'bad_request' // 400: a device id that is not valid (hidden characters, too long); also an empty code, before any request
+  | 'full' // 409: 256 devices are paired already; revoke one first
+  | 'unavailable' // 503: the gateway keeps no journal, so it cannot pair; also a gateway older than pairing codes
+  | 'not_kept' // 500: the gateway could not save the pairing and the code is not spent: try again
+  | 'network'; // the gateway could not be reached
+
+/** The device that pairs (`POST /pair`'s `device`). Every field may be left out. */
+export interface PairDevice {
+  /** The device id to pair; left out or empty, the gateway makes one and returns it. A device already paired under this id gets a new token, and its old one stops working. */
+  id?: string;
+  /** Shown in the device list (`hermes-mobile devices`, the Devices panel). */
+  name?: string;
+  /** `android`, `ios`, `web`, … */
+  platform?: string;
+}
+
+/** What pairWithCode() resolves to: a token of this device's own, and the device id it is bound to. */
+export interface PairResult {
+  /** The device token (256 bits, base64url). Keep it, like a password; it works only with `deviceId`. */
+  token: string;
+  /** The device id the token is bound to: pass it as `deviceId` every time. */
+  deviceId: string;
+}
+
+/**
+ * Trades a pairing code for a device token: `POST <baseUrl>/pair` (issue 26). The code comes
+ * from `hermes-mobile pair` (the `#pair=<code>` of its link or QR code); it is single-use and
+ * expires (10 minutes by default). `baseUrl` is the gateway's http(s) origin, where its chat
+ * page is served (`http://192.168.1.20:8787`; empty in a page: the page's own). Keep the
+ * token and the device id, never the code, and connect with both:
+ * `new HermesClient({ token, deviceId })`. Rejects with a HermesError whose `code` is a
+ * PairErrorCode, and `retryAfter` (seconds) for `too_many_attempts`.
+ */
+export declare function pairWithCode(baseUrl: string, code: string, device?: PairDevice): Promise<PairResult>;
 
 // ---- options ------------------------------------------------------------------------------
 
@@ -140,7 +185,10 @@ export interface Lifecycle {
 }
 
 export interface HermesClientOptions {
-  /** The app token; sent only in `hello`. Required. */
+  /**
+   * The credential; sent only in `hello`. Required. A device token from pairWithCode() (then
+   * `deviceId` must be the id it is bound to), or the shared app token (`hermes-mobile token`).
+   */
   token: string;
   /** The gateway's WebSocket, `ws://host:8787/ws`. Default (pages only): `ws(s)://<location.host>/ws`. */
   url?: string;
@@ -176,7 +224,7 @@ export interface HermesClientOptions {
   readyTimeoutMs?: number;
   /** The least time between two `typing` frames. Default 2000. */
   typingIntervalMs?: number;
-  /** How long a request (push*, history, forget) waits for its answer. Default 15000. */
+  /** How long a request (push*, history, forget, devices, revoke) waits for its answer. Default 15000. */
   requestTimeoutMs?: number;
   /** After resume() on an open socket, how long its pong may take. Default 5000. */
   wakeCheckMs?: number;
@@ -348,7 +396,7 @@ export interface TypingDetail {
 
 export type PushRequestType = 'push_subscribe' | 'push_unsubscribe' | 'push_test';
 /** The requests whose answer (or error) settles a promise. */
-export type RequestType = PushRequestType | 'history' | 'forget';
+export type RequestType = PushRequestType | 'history' | 'forget' | 'devices' | 'revoke';
 
 export interface ErrorDetail {
   code: ErrorCode | (string & {});
@@ -526,6 +574,22 @@ export declare class HermesClient {
    * what it holds for it and its push subscriptions. The seq goes on where it was.
    */
   forget(): Promise<ServerForgotten>;
+  /**
+   * `devices` → `devices` (issue 26): every paired device, ordered by id, with when it paired
+   * and was last seen, whether it is online, has a push subscription, is an owner. Only for an
+   * owner connection (the shared token, or a device paired with `hermes-mobile pair --owner`).
+   * Rejects with a HermesError: `forbidden` (not an owner), `offline`, `timeout`.
+   */
+  devices(): Promise<DeviceItem[]>;
+  /**
+   * `revoke` → `revoked` (issue 26): the device's token stops working, its live connections
+   * are closed (`auth_failed`), its push subscriptions and what the gateway holds for it are
+   * deleted; resolves once that is on the gateway's disk. Owner connections only. Rejects with
+   * a HermesError: `forbidden` (not an owner), `bad_frame` (no paired device with that id),
+   * `offline`, `timeout`. Revoking the device this client is connected as ends its own
+   * connection too (`noaccess`, `auth_failed`).
+   */
+  revoke(deviceId: string): Promise<void>;
 
   /** The device id in use (the option, or the one generated): keep it. */
   readonly deviceId: string;

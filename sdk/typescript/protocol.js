@@ -204,6 +204,71 @@ export function validateCard(f) {
   };
 }
 
+// What a refused `POST /pair` says (issue 26); anything else is `unavailable`.
+const PAIR_ERRORS = ['forbidden', 'too_many_attempts', 'bad_request', 'full', 'unavailable', 'not_kept'];
+const PAIR_MESSAGES = {
+  forbidden: 'the pairing code is wrong, spent or expired',
+  too_many_attempts: 'too many failed pairing attempts',
+  bad_request: 'the gateway refused the pairing request',
+  full: 'the gateway has as many paired devices as it keeps',
+  unavailable: 'this gateway cannot pair with a code',
+  not_kept: 'the gateway could not save the pairing: try again',
+};
+
+// Retry-After in seconds (RFC 9110: a number of seconds or an HTTP date); 60 when it is
+// missing or unreadable, so a caller always has a wait to show.
+function retryAfterSeconds(value) {
+  const v = String(value || '').trim();
+  if (/^\d+$/.test(v)) return Number(v);
+  const at = Date.parse(v);
+  return Number.isFinite(at) ? Math.max(0, Math.ceil((at - Date.now()) / 1000)) : 60;
+}
+
+/**
+ * Exchanges a pairing code (the `#pair=` of the link `hermes-mobile pair` prints, issue 26)
+ * for a token of this device's own: `POST <baseUrl>/pair`. `baseUrl` is the gateway's
+ * http(s) origin (the page's own when empty); `device` is `{id, name, platform}`, each
+ * optional (without an id the gateway makes one). Resolves `{token, deviceId}`: connect with
+ * both, the token works only with that id. Rejects with a HermesError whose code is
+ * `forbidden` (a wrong, spent or expired code), `too_many_attempts` (with `retryAfter`, in
+ * seconds), `bad_request`, `full`, `unavailable` (no store, or a gateway older than pairing
+ * codes), `not_kept` (not saved, the code not spent: try again) or `network`.
+ */
+export async function pairWithCode(baseUrl, code, device = {}) {
+  if (typeof code !== 'string' || !code.trim()) throw new HermesError('bad_request', 'no pairing code');
+  const origin = baseUrl || (globalThis.location && globalThis.location.origin) || '';
+  const body = { code: code.trim(), device: {} };
+  for (const k of ['id', 'name', 'platform']) {
+    if (device && typeof device[k] === 'string' && device[k]) body.device[k] = device[k];
+  }
+  let r;
+  try {
+    r = await fetch(String(origin).replace(/\/+$/, '') + '/pair', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify(body),
+      cache: 'no-store',
+      credentials: 'omit', // the code is the only credential
+    });
+  } catch (e) {
+    throw new HermesError('network', `the gateway could not be reached (${e && e.message ? e.message : e})`);
+  }
+  let answer = null;
+  try {
+    answer = await r.json();
+  } catch { /* not JSON: a gateway older than pairing codes, or a proxy's page */ }
+  const id = answer && answer.device && answer.device.id;
+  if (r.ok && answer && typeof answer.token === 'string' && answer.token && typeof id === 'string' && id) {
+    return { token: answer.token, deviceId: id };
+  }
+  const said = answer && typeof answer.error === 'string' ? answer.error : '';
+  const why = PAIR_ERRORS.includes(said) ? said : r.status === 403 ? 'forbidden' : r.status === 429 ? 'too_many_attempts' : 'unavailable';
+  const detail = answer && typeof answer.message === 'string' && answer.message ? answer.message : PAIR_MESSAGES[why];
+  const err = new HermesError(why, r.ok || PAIR_ERRORS.includes(said) ? detail : `${detail} (HTTP ${r.status})`);
+  if (why === 'too_many_attempts') err.retryAfter = retryAfterSeconds(r.headers.get('Retry-After'));
+  throw err;
+}
+
 function defaultUrl() {
   const loc = globalThis.location;
   if (!loc || !loc.host) throw new HermesError('bad_config', 'no url and no location');
@@ -287,7 +352,7 @@ export class HermesClient extends EventTarget {
     this._messages = new Map(); // agent message id → join state (M1/M2)
     this._downloads = new Map(); // media id → parts being reassembled
     this._lastTyping = 0;
-    this._requests = new Map(); // frame id → a request waiting for its answer (push_*)
+    this._requests = new Map(); // frame id → a request waiting for its answer (push_*, history, devices…)
     this._wakeTimer = null;
     // The journal (issue 24): the highest seq this client has kept, sent back as
     // `hello.resume.after` so the gateway replays exactly what came after it.
@@ -685,6 +750,8 @@ export class HermesClient extends EventTarget {
         break;
       case 'history':
       case 'forgotten':
+      case 'devices':
+      case 'revoked':
       case 'push_subscribed':
       case 'push_unsubscribed':
       case 'push_sent': {
@@ -1231,5 +1298,33 @@ export class HermesClient extends EventTarget {
    */
   forget() {
     return this._request({ t: 'forget', id: newId('fg') }, 'forgotten');
+  }
+
+  /**
+   * The paired devices (issue 26; owner connections only): `devices` → `devices`. Resolves to
+   * its items, ordered by id: `{id, name, platform, paired_at, last_seen, online, push,
+   * owner}`, times in unix milliseconds, `last_seen` null when not seen since pairing. Rejects
+   * with a HermesError: `forbidden` (not an owner's connection), `offline`, `timeout`.
+   */
+  devices() {
+    return this._request({ t: 'devices', id: newId('dv') }, 'devices').then((f) =>
+      Array.isArray(f.items) ? f.items.filter((i) => i && typeof i === 'object' && typeof i.id === 'string' && i.id) : []);
+  }
+
+  /**
+   * Revokes a paired device (owner connections only): `revoke` → `revoked`, sent once the
+   * revocation is on the gateway's disk; the device's live connections are closed with a
+   * fatal `auth_failed`. Rejects with a HermesError: `bad_frame` (no paired device with that
+   * id), `forbidden`, `offline`, `timeout`.
+   */
+  revoke(deviceId) {
+    let device;
+    try {
+      device = checkId(deviceId);
+    } catch (e) {
+      return Promise.reject(e);
+    }
+    if (!device) return Promise.reject(new HermesError('bad_frame', 'which device?'));
+    return this._request({ t: 'revoke', id: newId('rv'), device }, 'revoked').then(() => undefined);
   }
 }

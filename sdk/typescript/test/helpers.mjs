@@ -1,5 +1,6 @@
 // Shared by the tests: the real release gateway (one per test file), the `ws` WebSocket from
-// the dev-tools cache, and bounded waits for client events.
+// the dev-tools cache, a scripted socket on which a test plays the gateway, and bounded waits
+// for client events.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -272,4 +273,50 @@ export class TapSocket {
   kill() {
     this.inner.terminate();
   }
+}
+
+/** A WebSocket the test plays the gateway on: sent frames in `sent`, recv() delivers one. */
+export class ScriptedSocket {
+  static sockets = [];
+  constructor() {
+    this.sent = [];
+    this.readyState = 0;
+    this.bufferedAmount = 0;
+    this.binaryType = 'blob';
+    this.onopen = this.onmessage = this.onclose = this.onerror = null;
+    ScriptedSocket.sockets.push(this);
+    setTimeout(() => {
+      this.readyState = 1;
+      if (this.onopen) this.onopen({});
+    }, 0);
+  }
+  static get last() {
+    return ScriptedSocket.sockets.at(-1);
+  }
+  send(data) {
+    const f = JSON.parse(data);
+    checkFrame('client', f);
+    this.sent.push(f);
+  }
+  recv(frame) {
+    checkFrame('server', frame);
+    if (this.onmessage) this.onmessage({ data: JSON.stringify(frame) });
+  }
+  close() {
+    this.readyState = 3;
+  }
+  cut() {
+    this.readyState = 3;
+    if (this.onclose) this.onclose({ code: 1006, reason: '' });
+  }
+  sentOf(t) {
+    return this.sent.filter((f) => f.t === t);
+  }
+}
+
+const tick = () => new Promise((r) => setTimeout(r, 5));
+/** Waits until a socket after the first `count` has sent its first frame (the hello); returns it. */
+export async function nextHello(count) {
+  for (let i = 0; i < 400 && !(ScriptedSocket.sockets.length > count && ScriptedSocket.last.sent.length); i++) await tick();
+  return ScriptedSocket.last;
 }

@@ -5,48 +5,9 @@
 import { after, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { HermesClient, HermesError } from 'hermes-mobile-client';
-import { assertFramesValid, checkFrame, record, seenOrWait, waitFor } from './helpers.mjs';
+import { ScriptedSocket, assertFramesValid, nextHello, record, seenOrWait, waitFor } from './helpers.mjs';
 
 after(() => assertFramesValid());
-
-/** A WebSocket the test plays the gateway on: sent frames in `sent`, recv() delivers one. */
-class ScriptedSocket {
-  static sockets = [];
-  constructor() {
-    this.sent = [];
-    this.readyState = 0;
-    this.bufferedAmount = 0;
-    this.binaryType = 'blob';
-    this.onopen = this.onmessage = this.onclose = this.onerror = null;
-    ScriptedSocket.sockets.push(this);
-    setTimeout(() => {
-      this.readyState = 1;
-      if (this.onopen) this.onopen({});
-    }, 0);
-  }
-  static get last() {
-    return ScriptedSocket.sockets.at(-1);
-  }
-  send(data) {
-    const f = JSON.parse(data);
-    checkFrame('client', f);
-    this.sent.push(f);
-  }
-  recv(frame) {
-    checkFrame('server', frame);
-    if (this.onmessage) this.onmessage({ data: JSON.stringify(frame) });
-  }
-  close() {
-    this.readyState = 3;
-  }
-  cut() {
-    this.readyState = 3;
-    if (this.onclose) this.onclose({ code: 1006, reason: '' });
-  }
-  sentOf(t) {
-    return this.sent.filter((f) => f.t === t);
-  }
-}
 
 const CAPABILITIES = {
   text: true, voice: true, typing: true, avatar_states: ['idle', 'thinking', 'speaking'], media_in: ['image', 'document'],
@@ -57,12 +18,6 @@ const READY = { t: 'ready', v: 1, session: 'mobile:d1', device: { id: 'd1', name
 const HISTORY = { ...CAPABILITIES, history: { items: 5000, days: 30 } };
 const file = (id, part, parts, data, seq) => ({ t: 'media', id, kind: 'document', mime: 'text/plain', filename: 'a.txt', part, parts, final: true, size: 3, ...(data ? { data } : {}), seq });
 const card = (id, kind, options, seq) => ({ t: 'prompt', id, kind, text: 'Sure?', session: 'mobile:d1', options: options.map((o) => ({ style: '', ...o })), timeout_seconds: 300, seq });
-
-const tick = () => new Promise((r) => setTimeout(r, 5));
-async function nextHello(count) {
-  for (let i = 0; i < 400 && !(ScriptedSocket.sockets.length > count && ScriptedSocket.last.sent.length); i++) await tick();
-  return ScriptedSocket.last;
-}
 
 /** A store that remembers every save, as an application's would. */
 function memoryStore(start = 0, { async = false } = {}) {

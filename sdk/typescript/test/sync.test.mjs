@@ -25,7 +25,7 @@ test('index.js re-exports everything protocol.js exports', async () => {
   assert.deepEqual(Object.keys(pkg).sort(), Object.keys(direct).sort());
   for (const k of Object.keys(direct)) assert.equal(pkg[k], direct[k], k);
   for (const name of ['HermesClient', 'HermesError', 'charCount', 'newDeviceId', 'newId', 'kindFromMime', 'validateCard',
-    'hasHiddenChars', 'revealHiddenChars', 'splitHiddenChars',
+    'hasHiddenChars', 'revealHiddenChars', 'splitHiddenChars', 'pairWithCode',
     'bytesToBase64', 'base64ToBytes', 'bytesToBase64Url', 'base64UrlToBytes', 'MAX_TEXT_CHARS', 'MAX_MEDIA_BYTES',
     'MAX_AUDIO_BYTES', 'MEDIA_CHUNK_BYTES', 'UPLOAD_PART_BYTES', 'MAX_MEDIA_PARTS', 'PROMPT_OPTIONS']) {
     assert.ok(name in pkg, `${name} is exported (index.d.ts declares it)`);

@@ -30,6 +30,7 @@ from ._util import (
 from ._version import __version__
 from .cards import validate_card
 from .client import Client, connect
+from .devices import Device, PairError, pair_with_code
 from .events import (
     Avatar,
     Card,
@@ -76,6 +77,7 @@ __all__ = [
     "Client",
     "Confirmed",
     "Delivered",
+    "Device",
     "Error",
     "Event",
     "FrameHook",
@@ -87,6 +89,7 @@ __all__ = [
     "MediaProgress",
     "Message",
     "MessageId",
+    "PairError",
     "ProgressCallback",
     "Ready",
     "Rejected",
@@ -103,6 +106,7 @@ __all__ = [
     "has_hidden_chars",
     "new_device_id",
     "new_id",
+    "pair_with_code",
     "remove_frame_hook",
     "reveal_hidden_chars",
     "sanitize_filename",

@@ -9,7 +9,8 @@
 `Client` is put together here from one module per concern: `_core` (options, state, the
 event queue), `connection` (the reconnect loop and keep-alive), `outbox` (queueing,
 confirming and re-sending messages), `sending` (the send methods), `request_frames`
-(`deliver`, `push_*`), `journal` (resume, `seq_file`, `history`, `forget`), `reassembly`
+(`deliver`, `push_*`), `journal` (resume, `seq_file`, `history`, `forget`), `devices`
+(an owner's `devices` and `revoke`), `reassembly`
 (incoming messages and files) and `cards`. This module owns the lifecycle, reading events,
 and routing each received frame to its handler.
 """
@@ -28,6 +29,7 @@ from websockets.asyncio.client import ClientConnection
 from . import _util as u
 from .cards import close_card, remember_card, validate_card
 from .connection import ConnectionMixin
+from .devices import DevicesMixin
 from .events import Avatar, Error, Event, HermesError, Invalid, Ready, Resumed, Status, Typing
 from .journal import JournalMixin
 from .sending import SendingMixin
@@ -39,13 +41,22 @@ log = logging.getLogger("hermes_mobile_client")
 E = TypeVar("E", bound=Event)
 
 # The answers to requests; each settles the request with its id.
-_ANSWER_TYPES = ("delivered", "push_subscribed", "push_unsubscribed", "push_sent", "history", "forgotten")
+_ANSWER_TYPES = (
+    "delivered",
+    "push_subscribed",
+    "push_unsubscribed",
+    "push_sent",
+    "history",
+    "forgotten",
+    "devices",
+    "revoked",
+)
 # The frames of journal entries, which carry a seq (L57).
 # After a fatal error the gateway closes the connection; if it has not after this, we do.
 _FATAL_CLOSE_GRACE = 2.0
 
 
-class Client(SendingMixin, JournalMixin, ConnectionMixin):
+class Client(SendingMixin, JournalMixin, DevicesMixin, ConnectionMixin):
     """A Protocol v1 client with reconnects, an outbox and reassembly. See the README.
 
     Create it with `connect(...)` and use it as `async with`; iterate it for events.

@@ -73,8 +73,8 @@ class RequestsMixin(ClientCore):
             r.future.set_result(frame or {})
 
     def _on_answer(self, t: str, f: dict[str, Any]) -> None:
-        """An answer frame (`delivered`, `push_*`, `history`, `forgotten`): settles the
-        request with its id, when that request expects this type."""
+        """An answer frame (`delivered`, `push_*`, `history`, `forgotten`, `devices`,
+        `revoked`): settles the request with its id, when that request expects this type."""
         rid = f.get("id")
         r = self._requests.get(rid) if isinstance(rid, str) else None
         if r is not None and r.answer == t and isinstance(rid, str):

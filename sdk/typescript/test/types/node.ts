@@ -13,15 +13,19 @@ import {
   kindFromMime,
   newDeviceId,
   newId,
+  pairWithCode,
   revealHiddenChars,
   splitHiddenChars,
   validateCard,
   type ClientFrame,
   type ClientFrameMap,
   type ConnectionState,
+  type DeviceItem,
   type HermesClientEventMap,
   type HistoryPage,
   type MessageDetail,
+  type PairErrorCode,
+  type PairResult,
   type PromptCard,
   type ServerFrame,
   type ServerFrameMap,
@@ -82,7 +86,7 @@ client.addEventListener('frame', (e) => {
   }
 });
 client.addEventListener('uploadprogress', (e) => void e.detail.percent);
-client.addEventListener('error', (e) => void (e.detail.request satisfies 'push_subscribe' | 'push_unsubscribe' | 'push_test' | 'history' | 'forget' | undefined));
+client.addEventListener('error', (e) => void (e.detail.request satisfies 'push_subscribe' | 'push_unsubscribe' | 'push_test' | 'history' | 'forget' | 'devices' | 'revoke' | undefined));
 // @ts-expect-error: not an event of HermesClient
 client.addEventListener('nope', () => {});
 
@@ -153,3 +157,31 @@ const empty: ClientFrameMap['prompt'] = { t: 'prompt', prompt_id: 'p-1' };
 const types: Array<keyof ServerFrameMap> = ['ready', 'message', 'push_subscribed'];
 const events: Array<keyof HermesClientEventMap> = ['status', 'promptdone', 'mediaprogress'];
 void [hello, answer, empty, types, events];
+
+// Paired devices (issue 26): pairing with a code, the device list and revocation.
+async function pairing(): Promise<void> {
+  const paired: PairResult = await pairWithCode('http://192.168.1.20:8787', 'x'.repeat(22), { name: 'Pixel', platform: 'android' });
+  await pairWithCode('http://h', 'code');
+  // @ts-expect-error: the device is an object, not its id
+  await pairWithCode('http://h', 'code', 'tel-1');
+  const mine = new HermesClient({ token: paired.token, deviceId: paired.deviceId, url: 'ws://h/ws', WebSocket: FakeSocket });
+  const items: DeviceItem[] = await mine.devices();
+  for (const d of items) {
+    const seen: number | null = d.last_seen;
+    void [d.id satisfies string, d.name, d.platform, d.paired_at satisfies number, seen, d.online satisfies boolean, d.push, d.owner];
+  }
+  const done: void = await mine.revoke(items[0]!.id);
+  // @ts-expect-error: revoke takes the device id, a string
+  await mine.revoke({ id: 'tel-1' });
+  void done;
+  try {
+    await pairWithCode('http://h', 'code');
+  } catch (e) {
+    if (e instanceof HermesError) {
+      const wait: number | undefined = e.retryAfter;
+      const why: PairErrorCode = 'too_many_attempts';
+      void [wait, why, e.code === why];
+    }
+  }
+}
+void pairing;
