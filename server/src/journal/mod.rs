@@ -34,6 +34,8 @@ mod tests;
 #[cfg(test)]
 mod tests_bounds;
 #[cfg(test)]
+mod tests_devices;
+#[cfg(test)]
 mod tests_marks;
 #[cfg(test)]
 mod tests_open;
