@@ -23,12 +23,17 @@ use crate::wire::devices::{DeviceItem, DevicesList, Revoked};
 use crate::wire::server::encode;
 use crate::wire::{ErrorCode, Rejection};
 
+/// `last_seen` is written to the journal at most this often per device.
+const SEEN_WRITE_EVERY_MS: u64 = 60_000;
+
 /// What the gateway holds of pairing: one field of [`Gateway`].
 #[derive(Debug, Default)]
 pub(super) struct Pairing {
     pub(super) tokens: DeviceTokens,
     codes: PairCodes,
     attempts: PairAttempts,
+    /// When each paired device's `last_seen` was last written (unix ms).
+    seen_written: std::collections::HashMap<String, u64>,
     /// The wall clock as of a moment of the core's: `(now, unix ms)`, from the driver.
     wall: (Time, u64),
 }
@@ -253,6 +258,7 @@ impl Gateway {
         if self.pairing.tokens.revoke(device.as_str()).is_none() {
             return false;
         }
+        self.pairing.seen_written.remove(device.as_str());
         log::info!(
             "device {device:?} revoked{}",
             if forget { ", and its journal forgotten" } else { "" }
@@ -311,10 +317,16 @@ impl Gateway {
             .collect()
     }
 
-    /// A paired device connected or went: its `last_seen`, kept.
+    /// A paired device connected or went: its `last_seen`, kept at most once a minute (a
+    /// phone that reconnects on every wake-up would otherwise write a page each time).
     pub(super) fn paired_seen(&mut self, device: &DeviceId) {
         let at = self.wall_ms(self.now);
-        if self.pairing.tokens.seen(device.as_str(), at) {
+        if !self.pairing.tokens.seen(device.as_str(), at) {
+            return;
+        }
+        let written = self.pairing.seen_written.get(device.as_str()).copied();
+        if written.is_none_or(|w| at.saturating_sub(w) >= SEEN_WRITE_EVERY_MS) {
+            self.pairing.seen_written.insert(device.as_str().to_owned(), at);
             self.keep(Record::Seen {
                 device: device.clone(),
                 at,
