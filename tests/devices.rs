@@ -319,3 +319,98 @@ fn only_owner_connections_list_and_revoke_devices() {
     h.send(shared, json!({"t":"devices","id":"d3"}));
     assert_eq!(h.take(shared)[0]["items"].as_array().unwrap().len(), 1);
 }
+
+#[test]
+fn an_owners_phone_is_taken_over_only_with_an_owners_code_and_a_refused_code_stays_usable() {
+    let mut h = harness(Config::new(TOKEN));
+    add_code(&mut h, 1, true);
+    add_code(&mut h, 2, false);
+    pair(&mut h, 1, "owner-phone", DEVICE_TOKEN);
+    let (owner, _) = hello(&mut h, DEVICE_TOKEN, "owner-phone");
+    // L69: a plain code cannot pair over an owner device (it would inherit its cards).
+    assert_eq!(pair(&mut h, 2, "owner-phone", OTHER_TOKEN), PairOutcome::OwnerDevice);
+    assert!(!h.closed.contains_key(&owner), "the owner's phone is left alone");
+    // The code was not spent: it pairs another id.
+    assert!(matches!(
+        pair(&mut h, 2, "tablet", OTHER_TOKEN),
+        PairOutcome::Paired { .. }
+    ));
+}
+
+#[test]
+fn a_first_pairing_cuts_off_whoever_held_the_id_with_the_shared_token() {
+    let mut h = harness(Config::new(TOKEN));
+    let (old, frames) = hello(&mut h, TOKEN, "tel-1");
+    assert_eq!(frames[0]["t"], "ready");
+    add_code(&mut h, 1, false);
+    pair(&mut h, 1, "tel-1", DEVICE_TOKEN);
+    refused(&h, old, &h.sent[&old].clone(), "auth_failed");
+}
+
+#[test]
+fn a_paired_device_delivers_only_to_itself_even_from_loopback() {
+    // L53 with L69: a device token acts for its device alone.
+    let mut h = harness(Config::new(TOKEN));
+    add_code(&mut h, 1, false);
+    pair(&mut h, 1, "bot", DEVICE_TOKEN);
+    let phone = h.connect("tel-2");
+    let local = h.open_with(hermes_mobile::gateway::Peer {
+        loopback: true,
+        forwarded: false,
+        source: Default::default(),
+    });
+    h.send(local, json!({"t":"hello","token":DEVICE_TOKEN,"device":{"id":"bot"}}));
+    h.take(local);
+    h.send(
+        local,
+        json!({"t":"deliver","id":"d1","target":"tel-2","text":"tap to re-approve"}),
+    );
+    assert_eq!(error_of(&h.take(local))["code"], "forbidden");
+    assert!(h.take(phone).is_empty());
+}
+
+#[test]
+fn a_revocation_whose_commit_failed_is_written_again_when_asked_again() {
+    let mut h = harness(Config::new(TOKEN));
+    add_code(&mut h, 1, false);
+    pair(&mut h, 1, "tel-1", DEVICE_TOKEN);
+    h.auto_commit = false;
+    h.revoke(3, "tel-1", false);
+    h.fail_commit();
+    assert_eq!(h.revocations.pop(), Some((3, RevokeOutcome::NotKept)));
+    // Still refused in memory, and asking again keeps it this time.
+    let (conn, frames) = hello(&mut h, DEVICE_TOKEN, "tel-1");
+    refused(&h, conn, &frames, "auth_failed");
+    h.revoke(4, "tel-1", false);
+    h.commit();
+    assert_eq!(h.revocations.pop(), Some((4, RevokeOutcome::Revoked)));
+    h.auto_commit = true;
+    h.restart(true);
+    let (conn, frames) = hello(&mut h, DEVICE_TOKEN, "tel-1");
+    refused(&h, conn, &frames, "auth_failed");
+}
+
+#[test]
+fn a_reinstall_whose_commit_failed_leaves_the_device_as_it_was() {
+    let mut h = harness(Config::new(TOKEN));
+    add_code(&mut h, 1, false);
+    add_code(&mut h, 2, false);
+    pair(&mut h, 1, "tel-1", DEVICE_TOKEN);
+    h.auto_commit = false;
+    h.pair(9, source(1), &code(2), "tel-1", OTHER_TOKEN);
+    h.fail_commit();
+    assert_eq!(h.pairings.pop(), Some((9, PairOutcome::NotKept)));
+    h.auto_commit = true;
+    // As on disk: the old token, listed and revocable.
+    let (_, frames) = hello(&mut h, DEVICE_TOKEN, "tel-1");
+    assert_eq!(frames[0]["t"], "ready", "{frames:?}");
+    assert_eq!(h.gw.paired_devices().len(), 1);
+    let shown = format!(
+        "{:?}",
+        PairOutcome::Paired {
+            device: DeviceId::from("tel-1"),
+            token: OTHER_TOKEN.into(),
+        }
+    );
+    assert!(!shown.contains(OTHER_TOKEN), "{shown}");
+}

@@ -111,6 +111,9 @@ pub fn pair_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err(e) => return fail("pair", e, 2),
     };
+    if let Err(e) = become_owner(&config.state_dir) {
+        return fail("pair", e, 1);
+    }
     let code = match state::random_bytes::<CODE_BYTES>() {
         Ok(random) => codes::encode(&random),
         Err(e) => return fail("pair", format!("no random source: {e}"), 1),
@@ -145,6 +148,7 @@ fn keep_code(state_dir: &Path, code: &str, owner: bool, ttl: u64) -> Result<(), 
     if let Reached::Running(_) = ask(state_dir, &request)? {
         return Ok(());
     }
+    let _lock = stopped_gateway(state_dir)?;
     let path = journal_path(state_dir)?;
     let now = journal::now_unix_ms();
     let kept = KeptCode::new(code, owner, hermes_mobile::Time::ZERO);
@@ -154,7 +158,6 @@ fn keep_code(state_dir: &Path, code: &str, owner: bool, ttl: u64) -> Result<(), 
         }
         journal::devices::add_code(conn, &kept, now + ttl * 1000).map(|()| true)
     });
-    give_back(state_dir, &path);
     match result? {
         true => Ok(()),
         false => Err(format!(
@@ -168,26 +171,56 @@ fn journal_path(state_dir: &Path) -> Result<PathBuf, String> {
     Ok(state_dir.join(crate::server::JOURNAL_FILE))
 }
 
-/// The journal's files, written by `root` (`sudo hermes-mobile …`) with the gateway
-/// stopped, go back to the state directory's owner, or the service could not open them.
-fn give_back(state_dir: &Path, path: &Path) {
+/// `sudo hermes-mobile …` acts as the state directory's owner (the service's user): files
+/// it makes stay the service's, and a symlink that user planted in its own directory can
+/// lead root nowhere (L72). Settings are read before, as root.
+fn become_owner(state_dir: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
-    let Ok(dir) = std::fs::metadata(state_dir) else { return };
-    for suffix in ["", "-wal", "-shm"] {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        let file = PathBuf::from(name);
-        if std::fs::metadata(&file).is_ok_and(|m| m.uid() != dir.uid() || m.gid() != dir.gid()) {
-            let _ = std::os::unix::fs::chown(&file, Some(dir.uid()), Some(dir.gid()));
-        }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(());
+    }
+    let meta = match std::fs::metadata(state_dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{}: {e}", state_dir.display())),
+    };
+    if meta.uid() == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain system calls on integers; each result is checked, and the process is
+    // single-threaded here (the CLI starts no thread before this).
+    let dropped = unsafe {
+        libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(meta.gid()) == 0 && libc::setuid(meta.uid()) == 0
+    };
+    if !dropped {
+        return Err(format!(
+            "cannot act as the owner of {}: {}",
+            state_dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// With no gateway answering on the control socket: the state directory's lock, which a
+/// running gateway holds however its socket fares (L72).
+fn stopped_gateway(state_dir: &Path) -> Result<crate::state::StateLock, String> {
+    match crate::state::lock_state_dir(state_dir, Duration::from_secs(2)) {
+        Ok(Some(lock)) => Ok(lock),
+        Ok(None) => Err(format!(
+            "a gateway runs on {} but its control socket ({}) does not answer: restart it \
+             (sudo systemctl restart hermes-mobile), then try again",
+            state_dir.display(),
+            crate::server::CONTROL_SOCKET
+        )),
+        Err(e) => Err(format!("{}: {e}", state_dir.display())),
     }
 }
 
 /// `hermes-mobile devices`.
 pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
-    let mut json_out = false;
-    let mut forget = false;
-    let mut revoke: Option<Option<String>> = None;
+    let (mut json_out, mut forget, mut revoke, mut id) = (false, false, false, None);
     let mut rest = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -198,7 +231,13 @@ pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
             }
             "--json" => json_out = true,
             "--forget" => forget = true,
-            "revoke" if revoke.is_none() && rest.is_empty() => revoke = Some(it.next().cloned()),
+            "revoke" if !revoke => revoke = true,
+            // Where the settings are: these take a value, which goes with them.
+            "--state-dir" | "--env-file" => {
+                rest.push(a.clone());
+                rest.extend(it.next().cloned());
+            }
+            _ if revoke && id.is_none() && !a.starts_with('-') => id = Some(a.clone()),
             _ => rest.push(a.clone()),
         }
     }
@@ -206,10 +245,14 @@ pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err(e) => return fail("devices", e, 2),
     };
-    match revoke {
-        Some(Some(id)) if !id.trim().is_empty() => revoke_run(&config.state_dir, &id, forget),
-        Some(_) => fail("devices", format!("revoke needs a device id\n\n{DEVICES_USAGE}"), 2),
-        None => list_run(&config.state_dir, json_out),
+    if let Err(e) = become_owner(&config.state_dir) {
+        return fail("devices", e, 1);
+    }
+    match (revoke, id) {
+        (true, Some(id)) if !id.trim().is_empty() => revoke_run(&config.state_dir, &id, forget),
+        (true, _) => fail("devices", format!("revoke needs a device id\n\n{DEVICES_USAGE}"), 2),
+        (false, _) if forget => fail("devices", format!("--forget goes with revoke\n\n{DEVICES_USAGE}"), 2),
+        (false, _) => list_run(&config.state_dir, json_out),
     }
 }
 
@@ -232,13 +275,13 @@ fn revoke_run(state_dir: &Path, id: &str, forget: bool) -> i32 {
 
 /// With the gateway stopped: the journal's rows and the push subscriptions file.
 fn revoke_offline(state_dir: &Path, id: &str, forget: bool) -> Result<bool, String> {
+    let _lock = stopped_gateway(state_dir)?;
     let path = journal_path(state_dir)?;
     if !path.exists() {
         return Ok(false);
     }
     let device = DeviceId(id.to_owned());
     let revoked = journal::devices::offline(&path, |conn| journal::devices::revoke(conn, &device, forget));
-    give_back(state_dir, &path);
     if revoked? {
         crate::push::store::drop_device(state_dir, &device)?;
         return Ok(true);
@@ -268,7 +311,7 @@ fn list_run(state_dir: &Path, json_out: bool) -> i32 {
             devices.iter().zip(sizes).map(|(d, n)| item(d, n)).collect()
         }
         Ok(Reached::Stopped) if !path.exists() => Vec::new(),
-        Ok(Reached::Stopped) => match journal::read_devices(&path) {
+        Ok(Reached::Stopped) => match stopped_gateway(state_dir).and_then(|_lock| journal::read_devices(&path)) {
             Ok(listed) => listed
                 .into_iter()
                 .map(|l| {

@@ -63,6 +63,9 @@ impl std::fmt::Debug for FileRequest {
 pub struct CardAnswerRequest {
     /// The client's address as a local proxy reported it (L52: whose failures count).
     pub client: Option<std::net::IpAddr>,
+    /// `Content-Type: application/json`: a request another site's page cannot send
+    /// without a CORS preflight, which the gateway never grants.
+    pub json: bool,
     /// `Content-Length`: `Err` for one that is not a number, or two that differ.
     pub length: Result<Option<usize>, ()>,
     /// A `Transfer-Encoding`: the route takes a length only.
@@ -73,8 +76,13 @@ pub struct CardAnswerRequest {
 
 /// What a POST's head says of its body.
 fn body_request(headers: &[httparse::Header<'_>]) -> CardAnswerRequest {
+    let json = header(headers, "content-type")
+        .and_then(|v| std::str::from_utf8(v).ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|t| t.trim().eq_ignore_ascii_case("application/json"));
     CardAnswerRequest {
         client: client_address(headers),
+        json,
         length: content_length(headers),
         encoded: header(headers, "transfer-encoding").is_some(),
         origin: header(headers, "origin")

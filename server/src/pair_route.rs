@@ -59,6 +59,8 @@ pub enum PairReply {
     LengthRequired,
     /// 413.
     TooLarge,
+    /// 415: not `Content-Type: application/json`.
+    NotJson,
     /// 503: too many requests wait for the disk.
     Busy,
     /// 405: not a POST.
@@ -97,6 +99,10 @@ impl PairReply {
                 }
                 PairOutcome::BadRequest(why) => ("400 Bad Request", json!({ "error": "bad_request", "message": why })),
                 PairOutcome::Full => ("409 Conflict", json!({ "error": "full" })),
+                PairOutcome::OwnerDevice => (
+                    "409 Conflict",
+                    json!({ "error": "owner_device", "message": "this id is an owner device's: pair it with a code made by pair --owner" }),
+                ),
                 PairOutcome::Unavailable => {
                     extra.push_str("Retry-After: 60\r\n");
                     ("503 Service Unavailable", json!({ "error": "unavailable" }))
@@ -106,6 +112,10 @@ impl PairReply {
             PairReply::Malformed(why) => ("400 Bad Request", json!({ "error": "bad_request", "message": why })),
             PairReply::LengthRequired => ("411 Length Required", json!({ "error": "length_required" })),
             PairReply::TooLarge => ("413 Content Too Large", json!({ "error": "too_large" })),
+            PairReply::NotJson => (
+                "415 Unsupported Media Type",
+                json!({ "error": "unsupported_media_type", "message": "send Content-Type: application/json" }),
+            ),
             PairReply::Busy => {
                 extra.push_str("Retry-After: 1\r\n");
                 ("503 Service Unavailable", json!({ "error": "busy" }))

@@ -338,3 +338,43 @@ mod tests {
         fs::remove_dir_all(dir).unwrap();
     }
 }
+
+/// `<state dir>/gateway.lock`, held with `flock` (issue 26, L72): a gateway holds it for its
+/// whole life, taken before it touches anything in the directory; the CLI holds it while
+/// it changes the journal with the gateway stopped. A lock ends with its process, so it
+/// cannot go stale the way a socket file can.
+#[derive(Debug)]
+pub struct StateLock {
+    _file: fs::File,
+}
+
+pub const LOCK_FILE: &str = "gateway.lock";
+
+/// Takes the state directory's lock, waiting up to `wait` for another holder (the CLI
+/// holds it for milliseconds); `Ok(None)` when it is still held after that.
+pub fn lock_state_dir(dir: &Path, wait: std::time::Duration) -> io::Result<Option<StateLock>> {
+    use std::os::unix::io::AsRawFd;
+    create_private_dir(dir)?;
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dir.join(LOCK_FILE))?;
+    let until = std::time::Instant::now() + wait;
+    loop {
+        // SAFETY: flock on a descriptor this function owns; it only sets a lock.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(Some(StateLock { _file: file }));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(e);
+        }
+        if std::time::Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

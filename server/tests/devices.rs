@@ -313,3 +313,45 @@ fn with_the_gateway_stopped_the_cli_acts_on_the_journal() {
     let (_, e) = hello(&server, &token, "tel-1");
     assert_eq!(e["code"], "auth_failed");
 }
+
+#[test]
+fn the_state_directory_is_one_gateways_and_the_cli_never_writes_behind_a_running_one() {
+    let server = Server::start(&[]);
+    // A second gateway on the same directory stops before touching it.
+    let out = Command::new(binary())
+        .env_clear()
+        .env("MOBILE_STATE_DIR", &server.state_dir)
+        .env("MOBILE_TOKEN", TOKEN)
+        .env("MOBILE_HOST", "127.0.0.1")
+        .env("MOBILE_PORT", "0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another gateway runs"),
+        "{out:?}"
+    );
+    // The control socket gone (deleted by hand): the CLI refuses rather than revoke on
+    // disk behind the gateway's back, which would leave the token working in memory.
+    let token = paired(&server, "tel-1", false);
+    std::fs::remove_file(server.state_dir.join("control.sock")).unwrap();
+    let (status, _, err) = cli(&server.state_dir, &["devices", "revoke", "tel-1"]);
+    assert_eq!(status, 1);
+    assert!(err.contains("does not answer: restart it"), "{err}");
+    let (_, ready) = hello(&server, &token, "tel-1");
+    assert_eq!(ready["t"], "ready", "nothing was revoked behind its back");
+}
+
+#[test]
+fn a_pairing_must_say_it_is_json() {
+    let server = Server::start(&[]);
+    let code = pair_code(&server.state_dir, &[]);
+    let body = json!({"code": code}).to_string();
+    let response = server.http(&format!(
+        "POST /pair HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    ));
+    assert!(response.starts_with("HTTP/1.1 415"), "{response}");
+    // The code was not spent.
+    assert_eq!(post_pair(&server, &json!({"code": code})).0, 200);
+}

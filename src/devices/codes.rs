@@ -75,8 +75,17 @@ impl PairCodes {
     }
 
     /// Spends `code` if it is outstanding and not expired: whether it pairs an owner.
-    /// Every outstanding digest is compared, whatever matches.
     pub fn redeem(&mut self, now: Time, code: &str) -> Option<bool> {
+        self.find(now, code).map(|i| self.codes.remove(i).owner)
+    }
+
+    /// Whether `code` would pair an owner, without spending it (`None`: it pairs nothing).
+    pub fn peek(&mut self, now: Time, code: &str) -> Option<bool> {
+        self.find(now, code).map(|i| self.codes[i].owner)
+    }
+
+    /// Every outstanding digest is compared, whatever matches.
+    fn find(&mut self, now: Time, code: &str) -> Option<usize> {
         self.expire(now);
         let wanted = digest(code);
         let mut found = None;
@@ -86,7 +95,7 @@ impl PairCodes {
                 found = Some(i);
             }
         }
-        found.map(|i| self.codes.remove(i).owner)
+        found
     }
 
     /// Codes still waiting at `now`.

@@ -101,9 +101,11 @@ impl Gateway {
         }
     }
 
-    /// Whether `device` is bound to a token of its own (H2): only that token can claim it.
+    /// Whether `device` is bound to a token of its own (H2): an extra token's, or a paired
+    /// device's (L69). Only that token can claim it, and it acts for that device alone.
     fn is_bound(&self, device: &DeviceId) -> bool {
         self.config.extra_tokens.iter().any(|(d, _)| d == device.as_str())
+            || self.pairing.tokens.is_paired(device.as_str())
     }
 
     /// Whether a `deliver` target names `device` itself.

@@ -32,7 +32,7 @@ pub(super) const STREAM_JOURNAL_INTERVAL: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub(super) enum Waiting {
     /// A pairing (issue 26): its request, device and token, answered once kept.
-    Paired(Box<(u64, DeviceId, String)>),
+    Paired(Box<super::paired::PairWaiting>),
     /// A revocation (issue 26), acknowledged once kept.
     Revoked(Box<super::paired::RevokeReply>),
     Reserve {
@@ -359,7 +359,7 @@ impl Gateway {
                 Waiting::Events => {}
                 Waiting::Promised(_) => {}
                 Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, true),
-                Waiting::Paired(p) => self.pair_settled(p.0, p.1, p.2, true),
+                Waiting::Paired(p) => self.pair_settled(*p, true),
                 Waiting::Revoked(r) => self.revoke_settled(*r, true),
                 Waiting::Notify(n) => self.outputs.push_back(Output::Notify(*n)),
             }
@@ -400,7 +400,7 @@ impl Gateway {
                 }
                 Waiting::Events => {}
                 Waiting::CardAnswer { request, option_id } => self.card_answer_settled(request, option_id, false),
-                Waiting::Paired(p) => self.pair_settled(p.0, p.1, p.2, false),
+                Waiting::Paired(p) => self.pair_settled(*p, false),
                 Waiting::Revoked(r) => self.revoke_settled(*r, false),
                 Waiting::Notify(n) => self.outputs.push_back(Output::Notify(*n)),
             }

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::journal::Waiting;
 use super::{ConnState, Gateway, Output};
 use crate::auth::Role;
+use crate::devices::tokens::MAX_PAIRED;
 use crate::devices::{CodeError, DeviceTokens, KeptCode, PairAttempts, PairCodes, PairError, Paired};
 use crate::ids::{ConnId, DeviceId};
 use crate::journal::Record;
@@ -32,6 +33,8 @@ pub(super) struct Pairing {
     pub(super) tokens: DeviceTokens,
     codes: PairCodes,
     attempts: PairAttempts,
+    /// Revocations done in memory whose commit failed: asked again, they are written again.
+    unkept_revocations: std::collections::BTreeSet<String>,
     /// When each paired device's `last_seen` was last written (unix ms).
     seen_written: std::collections::HashMap<String, u64>,
     /// The wall clock as of a moment of the core's: `(now, unix ms)`, from the driver.
@@ -39,7 +42,7 @@ pub(super) struct Pairing {
 }
 
 /// A `POST /pair` as the server read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct PairRequest {
     pub code: String,
     /// Empty: one is generated.
@@ -48,8 +51,20 @@ pub struct PairRequest {
     pub platform: String,
 }
 
+/// Never the code, even in a debug log.
+impl std::fmt::Debug for PairRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PairRequest")
+            .field("code", &"<redacted>")
+            .field("device_id", &self.device_id)
+            .field("name", &self.name)
+            .field("platform", &self.platform)
+            .finish()
+    }
+}
+
 /// How a pairing went ([`Output::Paired`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum PairOutcome {
     /// Kept: the device's token works from now on.
     Paired {
@@ -65,10 +80,43 @@ pub enum PairOutcome {
     BadRequest(&'static str),
     /// [`crate::devices::tokens::MAX_PAIRED`] devices are paired.
     Full,
+    /// The id is an owner device's, and the code is not an owner's (L69).
+    OwnerDevice,
     /// No journal to keep a device in.
     Unavailable,
     /// The commit failed: the device is not paired.
     NotKept,
+}
+
+/// Never the token, even in a debug log.
+impl std::fmt::Debug for PairOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PairOutcome::Paired { device, .. } => write!(f, "Paired({device:?}, <token>)"),
+            PairOutcome::Forbidden => f.write_str("Forbidden"),
+            PairOutcome::Throttled { retry_after } => write!(f, "Throttled({retry_after:?})"),
+            PairOutcome::BadRequest(why) => write!(f, "BadRequest({why:?})"),
+            PairOutcome::Full => f.write_str("Full"),
+            PairOutcome::OwnerDevice => f.write_str("OwnerDevice"),
+            PairOutcome::Unavailable => f.write_str("Unavailable"),
+            PairOutcome::NotKept => f.write_str("NotKept"),
+        }
+    }
+}
+
+/// A pairing waiting for the commit that keeps it.
+pub(super) struct PairWaiting {
+    request: u64,
+    device: DeviceId,
+    token: String,
+    /// The device as it was paired before (a reinstall), for a commit that fails.
+    previous: Option<Paired>,
+}
+
+impl std::fmt::Debug for PairWaiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PairWaiting({}, {:?}, <token>)", self.request, self.device)
+    }
 }
 
 /// How a revocation went ([`Output::Revoked`]).
@@ -85,7 +133,7 @@ pub enum RevokeOutcome {
 #[derive(Debug)]
 pub(super) enum RevokeReply {
     /// The driver's request (the CLI).
-    Request(u64),
+    Request { request: u64, device: DeviceId },
     /// An owner's `revoke` frame.
     Frame { conn: ConnId, id: String, device: DeviceId },
 }
@@ -154,30 +202,53 @@ impl Gateway {
             return Err(PairOutcome::Throttled { retry_after });
         }
         let device = self.pair_device_id(&req.device_id)?;
-        let Some(owner) = self.pairing.codes.redeem(now, &req.code) else {
+        // Looked at before it is spent: a pairing refused below leaves the code usable.
+        let Some(owner) = self.pairing.codes.peek(now, &req.code) else {
             self.pairing.attempts.record_failure(source, now);
             log::info!("a pairing with a wrong, spent or expired code was refused");
             return Err(PairOutcome::Forbidden);
         };
+        let previous = self.pairing.tokens.get(device.as_str()).cloned();
+        if previous.as_ref().is_some_and(|p| p.owner) && !owner {
+            // L69: an owner's phone is taken over only with an owner's code.
+            log::warn!("a pairing as owner device {device:?} with a code that is not an owner's was refused");
+            return Err(PairOutcome::OwnerDevice);
+        }
+        if previous.is_none() && self.pairing.tokens.len() >= MAX_PAIRED {
+            return Err(PairOutcome::Full);
+        }
+        self.pairing.codes.redeem(now, &req.code);
         let name = truncate_chars(&req.name, MAX_DEVICE_FIELD_CHARS);
         let platform = truncate_chars(&req.platform, MAX_DEVICE_FIELD_CHARS);
         let paired = Paired::new(device.as_str(), name, platform, owner, self.wall_ms(now), &token);
-        let replaced = match self.pairing.tokens.pair(paired.clone()) {
-            Ok(replaced) => replaced,
-            Err(PairError::Full) => return Err(PairOutcome::Full),
-        };
+        if let Err(PairError::Full) = self.pairing.tokens.pair(paired.clone()) {
+            return Err(PairOutcome::Full); // checked above
+        }
+        self.pairing.unkept_revocations.remove(device.as_str());
         let role = if owner { "an owner device" } else { "a device" };
-        if replaced {
-            log::info!("device {device:?} paired again as {role}: its old token stops working");
+        // Whoever holds the id now (the old token, or the shared one) goes: the id is
+        // reachable only with the new token from this moment.
+        if previous.is_some() {
+            log::warn!("device {device:?} paired again as {role}: its old token stops working");
             self.cut_off(&device, "this device was paired again");
         } else {
             log::info!("device {device:?} paired as {role}");
+            self.cut_off(
+                &device,
+                "this device id is paired now: it connects only with its own token",
+            );
         }
         self.keep(Record::CodeSpent {
             digest: crate::devices::codes::digest(&req.code),
         });
         self.keep(Record::Pair(paired));
-        self.confirm(Waiting::Paired(Box::new((request, device, token))));
+        let waiting = PairWaiting {
+            request,
+            device,
+            token,
+            previous,
+        };
+        self.confirm(Waiting::Paired(Box::new(waiting)));
         Ok(())
     }
 
@@ -195,12 +266,27 @@ impl Gateway {
     }
 
     /// The commit (or failure) a pairing waited for.
-    pub(super) fn pair_settled(&mut self, request: u64, device: DeviceId, token: String, kept: bool) {
+    pub(super) fn pair_settled(&mut self, waiting: PairWaiting, kept: bool) {
+        let PairWaiting {
+            request,
+            device,
+            token,
+            previous,
+        } = waiting;
         let outcome = if kept {
             PairOutcome::Paired { device, token }
         } else {
-            // Not on disk: it must not work now and then stop at the next restart.
-            self.pairing.tokens.revoke(device.as_str());
+            // Not on disk: it must not work now and then stop at the next restart. Memory
+            // goes back to what the disk holds (the device as it was before, or none),
+            // unless a later pairing of the same id has replaced this one meanwhile.
+            let ours = crate::devices::tokens::digest(&token);
+            let current = self.pairing.tokens.get(device.as_str()).map(|p| *p.token_digest());
+            if current == Some(ours) {
+                match previous {
+                    Some(p) => drop(self.pairing.tokens.pair(p)),
+                    None => drop(self.pairing.tokens.revoke(device.as_str())),
+                }
+            }
             PairOutcome::NotKept
         };
         self.outputs.push_back(Output::Paired { request, outcome });
@@ -215,7 +301,7 @@ impl Gateway {
             let outcome = RevokeOutcome::NotPaired;
             return self.outputs.push_back(Output::Revoked { request, outcome });
         }
-        self.revoke_kept(RevokeReply::Request(request));
+        self.revoke_kept(RevokeReply::Request { request, device });
     }
 
     fn revoke_kept(&mut self, reply: RevokeReply) {
@@ -226,10 +312,19 @@ impl Gateway {
         }
     }
 
-    /// The commit (or failure) a revocation waited for.
+    /// The commit (or failure) a revocation waited for. One whose commit failed is still
+    /// revoked in memory, and may be asked again: that writes it again.
     pub(super) fn revoke_settled(&mut self, reply: RevokeReply, kept: bool) {
+        let device = match &reply {
+            RevokeReply::Request { device, .. } | RevokeReply::Frame { device, .. } => device.as_str(),
+        };
+        if kept {
+            self.pairing.unkept_revocations.remove(device);
+        } else if self.pairing.unkept_revocations.len() < crate::devices::tokens::MAX_PAIRED {
+            self.pairing.unkept_revocations.insert(device.to_owned());
+        }
         match reply {
-            RevokeReply::Request(request) => {
+            RevokeReply::Request { request, .. } => {
                 let outcome = if kept {
                     RevokeOutcome::Revoked
                 } else {
@@ -255,7 +350,8 @@ impl Gateway {
     /// a notification's buttons on a lost phone answer nothing), what is held for it and
     /// its push subscriptions; with `forget`, its journal too. Whether it was paired.
     fn revoke(&mut self, now: Time, device: &DeviceId, forget: bool) -> bool {
-        if self.pairing.tokens.revoke(device.as_str()).is_none() {
+        let paired = self.pairing.tokens.revoke(device.as_str()).is_some();
+        if !paired && !self.pairing.unkept_revocations.contains(device.as_str()) {
             return false;
         }
         self.pairing.seen_written.remove(device.as_str());

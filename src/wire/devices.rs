@@ -7,7 +7,7 @@ use std::fmt;
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize as DeserializeDerive, Serialize};
 
-use super::client::{cut, frame_id, ClientFrame, RawDevice, RawFrame};
+use super::client::{frame_id, ClientFrame, RawDevice, RawFrame};
 use super::error::Rejection;
 use crate::limits::MAX_ID_CHARS;
 
@@ -69,8 +69,12 @@ pub(super) fn devices<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejecti
 
 pub(super) fn revoke<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejection> {
     let id = frame_id(raw)?;
+    // Never cut: a cut id could name another device than the one meant.
     let device = match raw.device_field() {
-        Some(DeviceField::Id(d)) if !d.trim().is_empty() => cut(d, MAX_ID_CHARS),
+        Some(DeviceField::Id(d)) if d.chars().count() > MAX_ID_CHARS => {
+            return Err(Rejection::bad_frame("device id is over 128 characters"))
+        }
+        Some(DeviceField::Id(d)) if !d.trim().is_empty() => d.clone(),
         _ => return Err(Rejection::bad_frame("device must be a device id")),
     };
     Ok(ClientFrame::Revoke { id, device })
@@ -127,6 +131,11 @@ mod tests {
             let r = parse_client_frame(bad).unwrap_err();
             assert_eq!(r.id.as_deref(), Some("r1"), "{}", String::from_utf8_lossy(bad));
         }
+        let long = format!(r#"{{"t":"revoke","id":"r1","device":"{}"}}"#, "x".repeat(129));
+        assert!(
+            parse_client_frame(long.as_bytes()).is_err(),
+            "refused, not cut to another id"
+        );
         let f = parse_client_frame(br#"{"t":"devices","id":"d1"}"#).unwrap();
         assert!(matches!(f, ClientFrame::Devices { id } if id == "d1"));
         let hello = br#"{"t":"hello","token":"x","device":{"id":"tel-1"}}"#;

@@ -10,7 +10,7 @@ use hermes_mobile::journal::Record;
 use rusqlite::{params, Connection};
 
 use super::rows::{int, uint};
-use super::{Clock, JournalSettings, Opened, Store};
+use super::Clock;
 
 /// Applies a device record (inside the caller's transaction).
 pub(super) fn apply(conn: &Connection, record: &Record, clock: Clock) -> rusqlite::Result<()> {
@@ -109,18 +109,22 @@ pub struct Listed {
     pub history: u64,
 }
 
-/// Opens the journal to change it with the gateway stopped (the CLI); `f` runs in one
-/// transaction.
+/// Opens the journal to change it with the gateway stopped (the CLI, which holds the state
+/// directory's lock meanwhile); `f` runs in one transaction.
 pub fn offline<T>(path: &Path, f: impl FnOnce(&Connection) -> rusqlite::Result<T>) -> Result<T, String> {
-    let store = match Store::open(&JournalSettings::new(path.to_owned()), Clock { origin_unix_ms: 0 }) {
-        Opened::Ready { store, .. } => store,
-        Opened::Unavailable(why) => return Err(why),
-    };
+    let conn = super::open::open_for_cli(path)?;
     let failed = |e: rusqlite::Error| format!("{}: {e}", path.display());
-    let tx = store.conn.unchecked_transaction().map_err(failed)?;
+    let tx = conn.unchecked_transaction().map_err(failed)?;
     let out = f(&tx).map_err(failed)?;
     tx.commit().map_err(failed)?;
     Ok(out)
+}
+
+/// Codes past their expiry go at the gateway's open (and the CLI's): one row per `pair`
+/// would otherwise stay for good.
+pub(super) fn drop_expired_codes(conn: &Connection, now: u64) -> rusqlite::Result<()> {
+    conn.execute("DELETE FROM pair_codes WHERE expires <= ?1", [int(now)])
+        .map(drop)
 }
 
 /// Every paired device with its journal's size.
@@ -164,10 +168,7 @@ pub fn revoke(conn: &Connection, device: &DeviceId, forget: bool) -> rusqlite::R
 
 /// Keeps a pairing code with the gateway stopped (it reads it at its next start).
 pub fn add_code(conn: &Connection, code: &KeptCode, expires_unix_ms: u64) -> rusqlite::Result<()> {
-    conn.execute(
-        "DELETE FROM pair_codes WHERE expires <= ?1",
-        [int(super::now_unix_ms())],
-    )?;
+    drop_expired_codes(conn, super::now_unix_ms())?;
     conn.execute(
         "INSERT INTO pair_codes (digest, owner, expires) VALUES (?1, ?2, ?3)",
         params![&code.digest[..], code.owner, int(expires_unix_ms)],

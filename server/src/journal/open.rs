@@ -100,6 +100,7 @@ fn open_once(settings: &JournalSettings, clock: ClockSource, floor: Option<u64>)
             rows::raise_seq_floor(&tx, floor)?;
         }
         bounds.run_all(&tx, now, Instant::now())?;
+        super::devices::drop_expired_codes(&tx, now)?;
         tx.commit()?;
         read_snapshot(&conn, clock.now(), settings, now)
     })()
@@ -121,6 +122,22 @@ fn open_once(settings: &JournalSettings, clock: ClockSource, floor: Option<u64>)
         snapshot,
         bytes: size(path),
     })
+}
+
+/// The file opened for the CLI with the gateway stopped (issue 26, L72): made, checked and
+/// migrated as the gateway's open does, but nothing else: no bounds (the CLI does not know
+/// the configured ones), no snapshot, and the marks left as they are (an orderly commit
+/// keeps a clean stop clean). A damaged file is reported, never moved.
+pub(super) fn open_for_cli(path: &Path) -> Result<Connection, String> {
+    let failed = |f: Failure| match f {
+        Failure::Unavailable(why) => why,
+        Failure::Damaged(why) => format!(
+            "{} is damaged ({why}); start the gateway, which moves it aside",
+            path.display()
+        ),
+    };
+    prepare_file(path).map_err(failed)?;
+    connect(path).map_err(failed)
 }
 
 /// Before SQLite sees the file: a regular file (or none yet), not from a newer build,

@@ -125,19 +125,16 @@ pub fn drop_device(state_dir: &Path, device: &hermes_mobile::DeviceId) -> Result
     if !registry.unsubscribe(device) {
         return Ok(());
     }
+    // A new file (never one found there, nor through a link), as the state directory's
+    // owner: `sudo hermes-mobile devices revoke` has become that user (L72).
     let tmp = state_dir.join(format!("{SUBSCRIPTIONS_FILE}.tmp-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp);
     let written = fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&tmp)
         .and_then(|mut f| f.write_all(registry.snapshot().as_bytes()).and_then(|()| f.sync_all()));
-    // The same owner as the file it replaces (`sudo hermes-mobile devices revoke`).
-    if let Ok(m) = fs::metadata(&path) {
-        use std::os::unix::fs::MetadataExt;
-        let _ = std::os::unix::fs::chown(&tmp, Some(m.uid()), Some(m.gid()));
-    }
     written
         .and_then(|()| fs::rename(&tmp, &path))
         .map_err(|e| format!("{}: {e}", path.display()))

@@ -120,6 +120,8 @@ pub struct Server {
     pair_answers: pairing::PairAnswers,
     /// `<state dir>/control.sock`: the CLI's way in (issue 26).
     control: control::Control,
+    /// The state directory is this gateway's while it runs (L72).
+    _state_lock: crate::state::StateLock,
 }
 
 /// A link input to read again next turn.
@@ -184,6 +186,21 @@ impl Server {
         let mut core_config = config.core.clone();
         core_config.seed = seed;
         let waker = Arc::new(mio::Waker::new(poll.registry(), link_transports::WAKER)?);
+        // Before anything in the state directory is touched: one gateway per directory, and
+        // the CLI changes the journal itself only while no gateway runs (L72).
+        let state_lock = crate::state::lock_state_dir(&config.state_dir, Duration::from_secs(5))
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", config.state_dir.display())))?
+            .ok_or_else(|| {
+                // `InvalidData`: printed as it is, not as a failure to listen.
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "another gateway runs on the state directory {} (it holds {})",
+                        config.state_dir.display(),
+                        crate::state::LOCK_FILE
+                    ),
+                )
+            })?;
         let files = FileWorker::start(&config.state_dir, waker.clone())?;
         // After the file worker, which makes the state directory. Its errors are not about
         // listening: `InvalidData` tells the caller to print them as they are.
@@ -311,6 +328,7 @@ impl Server {
             card_answers: Default::default(),
             pair_answers: Default::default(),
             control,
+            _state_lock: state_lock,
         })
     }
 

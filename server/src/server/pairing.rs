@@ -48,6 +48,11 @@ impl Server {
         if length > MAX_BODY_BYTES {
             return Some(PairReply::TooLarge.response());
         }
+        if !req.json {
+            // Another site's page could otherwise POST here from the owner's browser and
+            // spend the owner's address's tries (a "simple" request needs no preflight).
+            return Some(PairReply::NotJson.response());
+        }
         let conn = self.conns.get(key)?;
         let (generation, peer) = (conn.generation, conn.peer);
         let Phase::Http { head, .. } = conn.phase() else {

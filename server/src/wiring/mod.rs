@@ -15,12 +15,12 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 
+mod devices;
+
 use hermes_mobile::agent_link::{FileHandover, PeerId};
-use hermes_mobile::devices::{CodeError, KeptCode};
-use hermes_mobile::gateway::{PairOutcome, PairRequest, RevokeOutcome};
+use hermes_mobile::gateway::{PairOutcome, RevokeOutcome};
 use hermes_mobile::journal::owed::EventKey;
 use hermes_mobile::journal::{Read, ReadResult, Record};
-use hermes_mobile::throttle::SourceKey;
 use hermes_mobile::{AgentEvent, CardAnswered, ConnId, DeviceId, Gateway, Output, Peer, Time};
 
 use crate::agent::io::{AgentIo, CallEvent, CallId, LoadError, LoadTag, PeerInput};
@@ -342,25 +342,6 @@ impl Wiring {
         self.core
             .handle_card_answer(t, request, &body.prompt_id, &body.option_id);
         None
-    }
-
-    /// `POST /pair` (issue 26): answered as [`WiringIo::Paired`].
-    pub fn handle_pair(&mut self, t: Time, request: u64, source: SourceKey, req: PairRequest, token: String) {
-        self.core.handle_pair(t, request, source, req, token);
-    }
-
-    /// A pairing code from the CLI (issue 26).
-    pub fn add_pair_code(&mut self, t: Time, code: KeptCode) -> Result<(), CodeError> {
-        self.core.add_pair_code(t, code)
-    }
-
-    /// The CLI's revocation (issue 26): answered as [`WiringIo::Revoked`].
-    pub fn handle_revoke(&mut self, t: Time, request: u64, device: &str, forget: bool) {
-        self.core.handle_revoke(t, request, device, forget);
-    }
-
-    pub fn handle_wall_clock(&mut self, t: Time, unix_ms: u64) {
-        self.core.handle_wall_clock(t, unix_ms);
     }
 
     /// `POST /card-answer`s refused so far.
