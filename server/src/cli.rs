@@ -126,14 +126,14 @@ fn serve(env: &HashMap<String, String>, args: &[String]) -> i32 {
             // Under systemd stdout is the journal, which more people may read than the
             // owner-only token file: say where it is, not what it is.
             println!(
-                "New app token kept in {}; print it with: sudo hermes-mobile token",
+                "New app token kept in {}; print it with: sudo hermes-mobile token. Pair a phone with: sudo hermes-mobile pair --owner",
                 path.display()
             );
         }
         Ok(TokenOrigin::Created(path)) => {
             // C3: shown once, on creation, on stdout, never through the log.
             println!(
-                "New app token (kept in {}; pair your phone with it):\n{}",
+                "New app token (kept in {}; for your own apps and the SDKs: phones pair with the link below):\n{}",
                 path.display(),
                 config.core.token
             );
