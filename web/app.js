@@ -2,10 +2,11 @@
 // with textContent / attributes of our choosing; never as HTML.
 import { HermesClient, HermesError, charCount, newDeviceId, newId, pairWithCode, MAX_TEXT_CHARS } from '/protocol.js';
 import { initPush, initNotificationOpen, registerServiceWorker } from '/push.js';
-import { hasHiddenChars, kindFromMime, revealHiddenChars, splitHiddenChars } from '/protocol.js';
+import { hasHiddenChars, kindFromMime, splitHiddenChars } from '/protocol.js';
 import { pairsThisPage, renderMarkdown } from '/markdown.js';
 import { History, journalKey, mediaRecord, recordOfItem } from '/history.js';
 import { initVoice } from '/voice.js';
+import { initDevices } from '/devices.js';
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -16,8 +17,6 @@ const ui = {
   fileInput: $('file-input'), attach: $('attach-button'), caption: $('caption-input'), mic: $('mic-button'),
   counter: $('counter'), drop: $('drop-zone'), recLine: $('rec-line'), recTime: $('rec-time'),
   tokenDialog: $('token-dialog'), forgetDialog: $('forget-dialog'),
-  devicesButton: $('devices-button'), devicesPanel: $('devices-panel'), devicesList: $('devices-list'),
-  devicesNote: $('devices-note'), revokeDialog: $('revoke-dialog'),
 };
 const KEY_TOKEN = 'hermes.token';
 const KEY_DEVICE = 'hermes.deviceId';
@@ -1271,157 +1270,15 @@ function onError({ detail: d }) {
   }
 }
 
-// ---- devices (issue 26): the paired devices, for an owner ---------------------------------------
-//
-// Only an owner's connection (the shared token, or a device paired with `--owner`) may list
-// and revoke devices; any other gets `forbidden`, and the page then shows nothing of it. The
-// list is asked after each `ready` and whenever the panel opens, so "online" and "last seen"
-// are fresh when looked at.
+// ---- devices (issue 26, devices.js): the paired devices, for an owner ----------------------------
 
-const devices = {
-  owner: false, // the last `devices` of this client's connection was answered
-  visible: false, // the chat screen is showing
-  open: false,
-  items: [],
-  asked: 0, // counts requests: an answer overtaken by a newer one is dropped
-  revoking: null, // the item the revoke dialog asks about
-};
-
-async function refreshDevices(c) {
-  if (!c || !c.online) return;
-  const asked = ++devices.asked;
-  let items;
-  try {
-    items = await c.devices();
-  } catch (e) {
-    if (client !== c || asked !== devices.asked) return;
-    if (e.code === 'offline' || e.code === 'timeout') {
-      devicesNote(`The list could not be loaded (${e.code}).`, 'error');
-      return;
-    }
-    // `forbidden`: not an owner. Anything else: a gateway older than devices.
-    devices.owner = false;
-    devices.open = false;
-    renderDevices();
-    return;
-  }
-  if (client !== c || asked !== devices.asked) return;
-  devices.owner = true;
-  devices.items = items;
-  renderDevices();
-}
-
-function devicesNote(text, kind = 'info') {
-  ui.devicesNote.textContent = text;
-  ui.devicesNote.dataset.kind = kind;
-  ui.devicesNote.hidden = !text;
-}
-
-function renderDevices() {
-  const shown = devices.visible && devices.owner;
-  const open = shown && devices.open;
-  ui.devicesButton.hidden = !shown;
-  ui.devicesButton.setAttribute('aria-expanded', String(open));
-  ui.devicesPanel.hidden = !open;
-  if (!open) return;
-  const own = client ? client.deviceId : store.get(KEY_DEVICE);
-  const rows = devices.items.map((d) => deviceRow(d, d.id === own));
-  if (!rows.length) rows.push(el('li', 'devices-empty', 'No device is paired yet: run hermes-mobile pair to pair one with a code.'));
-  ui.devicesList.replaceChildren(...rows);
-}
-
-const shownName = (d) => (typeof d.name === 'string' && d.name ? d.name : d.id);
-
-// One device: its name and id as they are (hidden characters shown as ⟨U+…⟩ markers, issue
-// 23: a name could otherwise pass for another device's), where it runs, when it was paired
-// and last seen, and its Revoke button.
-function deviceRow(d, self) {
-  const li = el('li', 'device');
-  li.dataset.deviceId = d.id;
-  li.dataset.online = String(d.online === true);
-  const head = el('div', 'device-head');
-  head.append(revealed('span', 'device-name', shownName(d)));
-  if (d.online === true) head.append(el('span', 'device-badge online', 'online'));
-  if (d.owner === true) head.append(el('span', 'device-badge owner', 'owner'));
-  if (self) head.append(el('span', 'device-badge self', 'this device'));
-  const facts = el('div', 'device-facts');
-  const platform = typeof d.platform === 'string' && d.platform ? d.platform : 'unknown platform';
-  facts.append(revealed('code', 'device-id', d.id), ` · ${revealHiddenChars(platform)}`);
-  if (Number.isFinite(d.paired_at)) facts.append(` · paired ${fmtDate(d.paired_at)}`);
-  if (d.online !== true) { // online: its badge says so
-    const seen = Number.isFinite(d.last_seen) ? `last seen ${fmtAgo(d.last_seen)}` : 'not seen since pairing';
-    facts.append(' · ', el('span', 'device-seen', seen));
-  }
-  if (d.push === true) facts.append(' · notifications on');
-  const revoke = el('button', 'secondary-button device-revoke', 'Revoke');
-  revoke.type = 'button';
-  revoke.setAttribute('aria-label', `Revoke ${revealHiddenChars(shownName(d))}`);
-  revoke.addEventListener('click', () => askRevoke(d, self));
-  const text = el('div', 'device-text');
-  text.append(head, facts);
-  li.append(text, revoke);
-  return li;
-}
-
-function fmtDate(ms) {
-  return new Date(ms).toLocaleString([], { dateStyle: 'medium', timeStyle: 'short' });
-}
-
-function fmtAgo(ms) {
-  const s = Math.round((Date.now() - ms) / 1000);
-  if (s < 60) return 'just now';
-  if (s < 3600) return `${Math.floor(s / 60)} min ago`;
-  if (s < 86400) return `${Math.floor(s / 3600)} h ago`;
-  return fmtDate(ms);
-}
-
-function askRevoke(d, self) {
-  devices.revoking = d;
-  revealInto($('revoke-name'), shownName(d));
-  $('revoke-self').hidden = !self;
-  ui.revokeDialog.showModal();
-}
-
-async function revokeDevice(d) {
-  const c = client;
-  if (!c) return;
-  const name = `“${revealHiddenChars(shownName(d))}”`;
-  devicesNote(`Revoking ${name}…`);
-  try {
-    await c.revoke(d.id);
-    devicesNote(`${name} is revoked: it has no access any more.`);
-  } catch (e) {
-    devicesNote(`${name} was not revoked: ${errorText(e)}`, 'error');
-  }
-  $('devices-title').focus(); // its row and button go away with the refresh
-  refreshDevices(c);
-}
-
-function toggleDevices(open) {
-  devices.open = open;
-  if (open) devicesNote('');
-  renderDevices();
-  if (open) {
-    $('devices-title').focus();
-    refreshDevices(client);
-  } else {
-    ui.devicesButton.focus();
-  }
-}
-
-ui.devicesButton.addEventListener('click', () => toggleDevices(!devices.open));
-$('devices-close').addEventListener('click', () => toggleDevices(false));
-$('revoke-cancel').addEventListener('click', () => {
-  devices.revoking = null;
-  ui.revokeDialog.close();
+const devices = initDevices({
+  getClient: () => client,
+  ownDeviceId: () => (client ? client.deviceId : store.get(KEY_DEVICE)),
+  el,
+  revealInto,
+  errorText,
 });
-$('revoke-confirm').addEventListener('click', () => {
-  const d = devices.revoking;
-  devices.revoking = null;
-  ui.revokeDialog.close();
-  if (d) revokeDevice(d);
-});
-ui.revokeDialog.addEventListener('cancel', () => (devices.revoking = null)); // Esc keeps it
 
 // ---- pairing and the client's life ---------------------------------------------------------------
 
@@ -1432,8 +1289,7 @@ function showScreen(which) {
   ui.bar.hidden = !chat;
   ui.forget.hidden = !store.get(KEY_TOKEN) && !client;
   push.show(chat);
-  devices.visible = chat;
-  renderDevices();
+  devices.show(chat);
   if (!chat) setTimeout(() => ui.tokenInput.focus(), 0);
 }
 
@@ -1459,7 +1315,7 @@ function start(token) {
     store.set(KEY_DEVICE, deviceId);
   }
   client = new HermesClient({ token, deviceId, deviceName: deviceName(), appVersion: '1.0.0', seqStore });
-  devices.owner = false; // until this token's connection is asked (onReady)
+  devices.reset(); // not an owner until this token's connection is asked (onReady)
   const on = (t, f) => client.addEventListener(t, f);
   on('status', onStatus);
   on('message', onAgentMessage);
@@ -1473,7 +1329,7 @@ function start(token) {
   on('ready', (e) => {
     onJournalReady(e);
     push.onReady(client);
-    refreshDevices(client);
+    devices.onReady(client);
   });
   on('resumed', onResumed);
   on('confirmed', (e) => markBubble(e.detail.id, 'final', null, e.detail.seq));
@@ -1506,6 +1362,7 @@ function pair(input) {
     ui.tokenInput.focus();
     return;
   }
+  if (!link && PAIRING_CODE.test(token)) link = { code: token }; // a code pasted alone
   if (link && link.code) {
     ui.tokenInput.value = '';
     pairCode(link.code);
@@ -1523,8 +1380,14 @@ function pair(input) {
   start(token);
 }
 
+// A pairing code as `hermes-mobile pair` makes it (L73): 16 bytes, 22 base64url characters.
+// Printed alone when the gateway serves no web page, so it gets pasted alone too. A token is
+// never that: the app token has 43 characters, and one chosen by hand that looks like a
+// code must be given as a `#token=` link.
+const PAIRING_CODE = /^[A-Za-z0-9_-]{22}$/;
+
 // A pasted pairing link: its code (`#pair=`, issue 26) or its token (`#token=`); null for a
-// token pasted alone. Throws on a malformed %-escape.
+// token or a code pasted alone. Throws on a malformed %-escape.
 function pastedLink(text) {
   const code = /[#&]pair=([^&\s]+)/.exec(text);
   if (code) return { code: decodeURIComponent(code[1]).trim() };
@@ -1618,10 +1481,12 @@ function pairFailure(e) {
       return `Too many pairing attempts from this address: try again in ${e.retryAfter} s.`;
     case 'full':
       return 'The gateway has as many paired devices as it keeps: revoke one you no longer use, then pair again.';
+    case 'owner_device':
+      return 'This browser is an owner device: pair it again with a code from hermes-mobile pair --owner.';
     case 'unavailable':
       return `This gateway cannot pair with a code (${e.message}): paste the token instead.`;
-    case 'not_kept':
-      return 'The gateway could not save the pairing: open the link again.';
+    case 'not_kept': // the code is spent, or (busy) may still pair later: either way, a new one
+      return 'The gateway could not confirm the pairing (it could not save it, or it is busy): run hermes-mobile pair again and open the new link.';
     case 'network':
       return 'The gateway could not be reached: check the connection, then open the link again.';
     default:
@@ -1660,7 +1525,7 @@ async function forget() {
   status = { state: 'offline' };
   renderStatus();
   pairMessage('');
-  devices.owner = false;
+  devices.reset();
   showScreen('pair');
   ui.forget.hidden = true;
   if (!told) notice('The gateway could not be reached, so it still keeps this device’s conversation (until its own limits drop it). This browser forgot it.');

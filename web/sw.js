@@ -9,7 +9,7 @@ const CACHE = CACHE_PREFIX + BUILD;
 // Only these same-origin paths are ever cached. Never /ws, /agent, /healthz, media, blob:
 // or data: URLs: they are live or private, and a stale copy would lie.
 const SHELL = [
-  '/', '/app.js', '/app.css', '/protocol.js', '/push.js', '/voice.js', '/markdown.js', '/history.js',
+  '/', '/app.js', '/app.css', '/protocol.js', '/push.js', '/voice.js', '/devices.js', '/markdown.js', '/history.js',
   '/vendor/markdown-it.min.js', '/icon.svg', '/manifest.webmanifest',
   '/icons/icon-192.png', '/icons/icon-512.png', '/icons/maskable-512.png',
   '/avatar/', '/avatar/avatar.css', '/avatar/avatar.js',

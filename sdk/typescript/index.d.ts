@@ -106,8 +106,9 @@ export type PairErrorCode =
   | 'too_many_attempts' // 429: more than 10 failed attempts in a minute from this address; see `retryAfter`
   | 'bad_request' // 400: a device id that is not valid (hidden characters, too long); also an empty code, before any request
   | 'full' // 409: 256 devices are paired already; revoke one first
+  | 'owner_device' // 409: the id is an owner device's, and the code is not an owner's (`pair --owner`)
   | 'unavailable' // 503: the gateway keeps no journal, so it cannot pair; also a gateway older than pairing codes
-  | 'not_kept' // 500: the gateway could not save the pairing and the code is not spent: try again
+  | 'not_kept' // 500 (not saved; the code is spent) or 503 busy (may still be kept later): run `hermes-mobile pair` again
   | 'network'; // the gateway could not be reached
 
 /** The device that pairs (`POST /pair`'s `device`). Every field may be left out. */

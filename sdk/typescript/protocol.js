@@ -204,15 +204,20 @@ export function validateCard(f) {
   };
 }
 
-// What a refused `POST /pair` says (issue 26); anything else is `unavailable`.
-const PAIR_ERRORS = ['forbidden', 'too_many_attempts', 'bad_request', 'full', 'unavailable', 'not_kept'];
+// What a refused `POST /pair` says (issue 26); anything else is `unavailable`, except `busy`
+// (503: the commit did not finish in time), which is `not_kept`: the pairing was not
+// confirmed, though it may still be kept later, and either way the next step is a new code.
+const PAIR_ERRORS = ['forbidden', 'too_many_attempts', 'bad_request', 'full', 'owner_device', 'unavailable', 'not_kept'];
+const PAIR_ALIASES = new Map([['busy', 'not_kept']]);
 const PAIR_MESSAGES = {
   forbidden: 'the pairing code is wrong, spent or expired',
   too_many_attempts: 'too many failed pairing attempts',
   bad_request: 'the gateway refused the pairing request',
   full: 'the gateway has as many paired devices as it keeps',
+  owner_device: "this device id is an owner device's: pair it with a code from hermes-mobile pair --owner",
   unavailable: 'this gateway cannot pair with a code',
-  not_kept: 'the gateway could not save the pairing: try again',
+  not_kept: 'the gateway could not save the pairing, and the code is spent: run hermes-mobile pair again for a new one',
+  busy: 'the gateway is too busy to confirm the pairing, which may still be kept later: run hermes-mobile pair again for a new code',
 };
 
 // Retry-After in seconds (RFC 9110: a number of seconds or an HTTP date); 60 when it is
@@ -232,7 +237,10 @@ function retryAfterSeconds(value) {
  * both, the token works only with that id. Rejects with a HermesError whose code is
  * `forbidden` (a wrong, spent or expired code), `too_many_attempts` (with `retryAfter`, in
  * seconds), `bad_request`, `full`, `unavailable` (no store, or a gateway older than pairing
- * codes), `not_kept` (not saved, the code not spent: try again) or `network`.
+ * codes), `not_kept` (not confirmed: after a failed commit, 500, the code is spent and
+ * nothing is paired; after a 503 `busy` the pairing may still complete later; either way
+ * run `hermes-mobile pair` again for a new code) or `network`. Redirects are refused
+ * (`network`): a 307 or 308 would send the code on to wherever it points.
  */
 export async function pairWithCode(baseUrl, code, device = {}) {
   if (typeof code !== 'string' || !code.trim()) throw new HermesError('bad_request', 'no pairing code');
@@ -249,6 +257,7 @@ export async function pairWithCode(baseUrl, code, device = {}) {
       body: JSON.stringify(body),
       cache: 'no-store',
       credentials: 'omit', // the code is the only credential
+      redirect: 'error', // a 307/308 would POST the code again, elsewhere
     });
   } catch (e) {
     throw new HermesError('network', `the gateway could not be reached (${e && e.message ? e.message : e})`);
@@ -262,9 +271,10 @@ export async function pairWithCode(baseUrl, code, device = {}) {
     return { token: answer.token, deviceId: id };
   }
   const said = answer && typeof answer.error === 'string' ? answer.error : '';
-  const why = PAIR_ERRORS.includes(said) ? said : r.status === 403 ? 'forbidden' : r.status === 429 ? 'too_many_attempts' : 'unavailable';
-  const detail = answer && typeof answer.message === 'string' && answer.message ? answer.message : PAIR_MESSAGES[why];
-  const err = new HermesError(why, r.ok || PAIR_ERRORS.includes(said) ? detail : `${detail} (HTTP ${r.status})`);
+  const known = PAIR_ERRORS.includes(said) ? said : PAIR_ALIASES.get(said) || '';
+  const why = known || (r.status === 403 ? 'forbidden' : r.status === 429 ? 'too_many_attempts' : 'unavailable');
+  const detail = answer && typeof answer.message === 'string' && answer.message ? answer.message : PAIR_MESSAGES[known ? said : why];
+  const err = new HermesError(why, r.ok || known ? detail : `${detail} (HTTP ${r.status})`);
   if (why === 'too_many_attempts') err.retryAfter = retryAfterSeconds(r.headers.get('Retry-After'));
   throw err;
 }

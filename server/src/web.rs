@@ -42,6 +42,7 @@ const FILES: &[Entry] = embedded! {
     "/history.js" => "history.js", "text/javascript; charset=utf-8";
     "/push.js" => "push.js", "text/javascript; charset=utf-8";
     "/voice.js" => "voice.js", "text/javascript; charset=utf-8";
+    "/devices.js" => "devices.js", "text/javascript; charset=utf-8";
     "/vendor/markdown-it.min.js" => "vendor/markdown-it.min.js", "text/javascript; charset=utf-8";
     "/manifest.webmanifest" => "manifest.webmanifest", "application/manifest+json";
     "/sw.js" => "sw.js", "text/javascript; charset=utf-8";

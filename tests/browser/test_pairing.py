@@ -2,7 +2,8 @@
 `hermes-mobile pair`, opened in a fresh profile, pairs the browser with a token of its own
 (the code kept nowhere) and chats; a reload stays paired; an owner page revokes it from the
 Devices panel, and the first page shows "no access" at once and does not retry. A wrong or
-spent code says so on the pairing screen; a link never replaces a token in use unasked."""
+spent code says so on the pairing screen; a link, or a code pasted alone, pasted into the
+form pairs; a link never replaces a token in use unasked."""
 
 import json
 import re
@@ -154,6 +155,19 @@ def test_a_wrong_or_spent_code_says_so_on_the_pairing_screen(make_app, own_serve
     app.expect_online()
     expect(error).to_be_hidden()
     assert storage(page).get("hermes.token") not in (None, TOKEN)
+
+    # So does a code pasted alone (what `pair` prints when the gateway serves no page): it
+    # is traded for a token, never kept or sent as one.
+    _, code = pairing_link(own_server)
+    bare = make_app(own_server)
+    bare.page.goto(own_server.base + "/")
+    bare.page.locator("#token-input").fill(code)
+    bare.page.locator("#pair-button").click()
+    bare.expect_online()
+    kept = storage(bare.page)
+    assert kept.get("hermes.token") not in (None, TOKEN, code), kept
+    assert code not in json.dumps(kept), kept
+    assert hellos(bare) and all(h["token"] != code for h in hellos(bare)), hellos(bare)
 
 
 def test_a_pairing_link_asks_before_replacing_the_token_in_use(make_app, own_server):

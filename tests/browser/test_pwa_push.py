@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from conftest import CHROMIUM
 
 SHELL = {
-    "/", "/app.js", "/app.css", "/protocol.js", "/push.js", "/voice.js", "/markdown.js", "/history.js",
+    "/", "/app.js", "/app.css", "/protocol.js", "/push.js", "/voice.js", "/markdown.js", "/history.js", "/devices.js",
     "/vendor/markdown-it.min.js", "/icon.svg", "/manifest.webmanifest",
     "/icons/icon-192.png", "/icons/icon-512.png", "/icons/maskable-512.png",
     "/avatar/", "/avatar/avatar.css", "/avatar/avatar.js",

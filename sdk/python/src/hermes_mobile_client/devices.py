@@ -27,14 +27,17 @@ from .request_frames import RequestsMixin
 __all__ = ["Device", "DevicesMixin", "PairError", "pair_with_code"]
 
 # What a refused `POST /pair` says in its `error`; anything else counts as `unavailable`.
-PAIR_ERRORS = ("forbidden", "too_many_attempts", "bad_request", "full", "unavailable", "not_kept")
+PAIR_ERRORS = ("forbidden", "too_many_attempts", "bad_request", "full", "owner_device", "unavailable", "not_kept")
+# 503 `busy`: the commit did not finish in time; like `not_kept`, run `pair` again.
+_PAIR_ALIASES = {"busy": "not_kept"}
 _PAIR_MESSAGES = {
     "forbidden": "the pairing code is wrong, spent or expired",
     "too_many_attempts": "too many failed pairing attempts from this address",
     "bad_request": "the gateway refused the pairing request",
     "full": "the gateway has as many paired devices as it keeps (256): revoke one first",
+    "owner_device": "this device id is an owner device's: pair it with a code from `hermes-mobile pair --owner`",
     "unavailable": "this gateway cannot pair with a code",
-    "not_kept": "the gateway could not save the pairing: try again",
+    "not_kept": "the gateway could not confirm the pairing, and the code is spent: run `hermes-mobile pair` again",
 }
 _STATUS_ERRORS = {400: "bad_request", 403: "forbidden", 409: "full", 429: "too_many_attempts"}
 # The wait to report when a 429 carries no readable Retry-After.
@@ -47,9 +50,11 @@ class PairError(HermesError):
     or expired code), `too_many_attempts` (more than 10 failures in a minute from this
     address; wait `retry_after` seconds), `bad_request` (e.g. a device id with hidden
     characters), `full` (256 devices are paired), `unavailable` (a gateway with no journal,
-    or one older than pairing codes), `not_kept` (not saved, the code not spent: try again);
-    or the client's own: `network` (the gateway could not be reached), `bad_config` (a URL
-    that is not http(s) or ws(s))."""
+    or one older than pairing codes), `not_kept` (the commit failed: the code is spent and
+    nothing is paired; run `hermes-mobile pair` again for a new code); or the client's own:
+    `network` (the gateway could not be reached), `bad_config` (a URL that is not http(s)
+    or ws(s)). A 503 `busy` (the commit did not finish in time; the pairing may still be
+    kept later) arrives as `not_kept`: there too, run `hermes-mobile pair` again."""
 
     def __init__(self, code: str, message: str = "", retry_after: int | None = None) -> None:
         super().__init__(code, message)
@@ -188,6 +193,7 @@ def pair_with_code(
     if status == 200 and isinstance(token, str) and token and isinstance(paired_id, str) and paired_id:
         return token, paired_id
     said = answer.get("error")
+    said = _PAIR_ALIASES.get(said, said) if isinstance(said, str) else said
     why = said if said in PAIR_ERRORS else _STATUS_ERRORS.get(status, "unavailable")
     message = answer.get("message")
     text = message if isinstance(message, str) and message else _PAIR_MESSAGES[why]
