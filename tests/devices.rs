@@ -414,3 +414,40 @@ fn a_reinstall_whose_commit_failed_leaves_the_device_as_it_was() {
     );
     assert!(!shown.contains(OTHER_TOKEN), "{shown}");
 }
+
+#[test]
+fn ids_a_hello_could_not_use_are_refused_and_leave_the_code_unspent() {
+    let mut config = Config::new(TOKEN);
+    config.extra_tokens = vec![("tel-x".into(), "extra-token-extra-token-1".into())];
+    config.allowed_devices = vec!["tel-1".into(), "tel-x".into()];
+    let mut h = harness(config);
+    add_code(&mut h, 1, false);
+    let refused = |h: &mut Harness, id: &str| matches!(pair(h, 1, id, DEVICE_TOKEN), PairOutcome::BadRequest(_));
+    assert!(refused(&mut h, &"t".repeat(121)), "over G8's 120 characters");
+    assert!(refused(&mut h, "tel-2"), "outside MOBILE_ALLOWED_DEVICES");
+    assert!(refused(&mut h, ""), "a generated id is outside it too");
+    assert!(refused(&mut h, "tel-x"), "bound by MOBILE_EXTRA_TOKENS");
+    assert!(matches!(
+        pair(&mut h, 1, "tel-1", DEVICE_TOKEN),
+        PairOutcome::Paired { .. }
+    ));
+}
+
+#[test]
+fn revoking_an_id_no_longer_paired_still_takes_its_push_subscriptions() {
+    use hermes_mobile::push::{AllowList, PushConfig};
+    let mut config = Config::new(TOKEN);
+    let vapid = "BP4z9KsN6nGRTbVYI_c7VJSPQTBtkgcy27mlmlMoZIIgDll6e3vCYLocInmYWAmS6TlzAC8wEqKK6PBru3jl7A8";
+    config.push = Some(PushConfig::new(vapid, AllowList::new(["127.0.0.1:8443"]).unwrap()));
+    let mut h = harness(config);
+    let phone = h.connect("tel-9");
+    let key = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
+    h.send(phone, json!({"t":"push_subscribe","id":"s1","subscription":{"endpoint":"https://fcm.googleapis.com/fcm/send/abc","keys":{"p256dh":key,"auth":"BTBZMqHH6r4Tts7J_aSIgg"}}}));
+    assert_eq!(h.take(phone), vec![json!({"t":"push_subscribed","id":"s1"})]);
+    let changes = h.push_changes;
+    // As after a power cut that kept the revocation but not the subscriptions file.
+    h.revoke(5, "tel-9", false);
+    assert_eq!(h.revocations.pop(), Some((5, RevokeOutcome::NotPaired)));
+    assert!(h.gw.push_subscriptions(&DeviceId::from("tel-9")).is_empty());
+    assert_eq!(h.push_changes, changes + 1);
+}

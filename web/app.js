@@ -1457,6 +1457,12 @@ async function pairCode(code) {
     pairMessage('Pairing this browser…', 'info');
   }
   ui.pairButton.disabled = true;
+  // The gateway cuts this id's connection as it pairs it (L69): the page lets it go first,
+  // rather than show "no access" for the moment before its new token, and takes it up
+  // again if the pairing fails.
+  const previous = client && client.opts.token;
+  const chatting = ui.pair.hidden;
+  stop();
   try {
     const device = { id: store.get(KEY_DEVICE) || '', name: deviceName(), platform: 'web' };
     const { token, deviceId } = await pairWithCode(location.origin, code, device);
@@ -1465,7 +1471,8 @@ async function pairCode(code) {
     pairMessage('');
     start(token);
   } catch (e) {
-    if (ui.pair.hidden) notice(pairFailure(e)); // the chat goes on with the token in use
+    if (previous && !client) start(previous);
+    if (chatting) notice(pairFailure(e)); // the chat goes on with the token in use
     else pairMessage(pairFailure(e));
   } finally {
     pairing = false;

@@ -68,7 +68,8 @@ enum Op {
         option: u8,
     },
     /// Pairing (issue 26): a code from the CLI, a `POST /pair` with one of four codes
-    /// (each pairs with device token `paired-token-<code>`), a revocation from the CLI.
+    /// (each with its own device token, `paired-token-<code>`, as real tokens never
+    /// repeat), a revocation from the CLI.
     AddCode {
         code: u8,
         owner: bool,
@@ -90,18 +91,20 @@ enum Op {
     },
 }
 
-const TOKENS: [&str; 5] = [
+const TOKENS: [&str; 7] = [
     "app-token",
     "bound-token",
     "cron-token",
     "paired-token-0",
     "paired-token-1",
+    "paired-token-2",
+    "paired-token-3",
 ];
 const P256DH: &str = "BCVxsr7N_eNgVRqvHtD0zTZsEc6-VV-JvLexhqUzORcxaOzi6-AYWXvTBHm4bjyPjs7Vd8pZGH6SRpkNtoIAiw4";
 
 fn known(which: u8, x: u8) -> String {
     let id = format!("i{}", x % 6);
-    match which % 14 {
+    match which % 16 {
         0 => format!(r#"{{"t":"text","id":"{id}","text":"hi {x}"}}"#),
         1 => format!(
             r#"{{"t":"media","id":"{id}","kind":"image","part":{},"parts":3,"data":"AAAA"}}"#,
@@ -122,6 +125,9 @@ fn known(which: u8, x: u8) -> String {
         // issue 24: history pages, forget, and hellos that resume after a seq.
         11 => format!(r#"{{"t":"history","id":"{id}","before":{},"limit":{}}}"#, x % 40, x % 7),
         12 => format!(r#"{{"t":"forget","id":"{id}"}}"#),
+        // issue 26: owner frames (the app token's connections are owners).
+        10 => format!(r#"{{"t":"revoke","id":"{id}","device":"tel-{}"}}"#, x % 3),
+        14 => format!(r#"{{"t":"devices","id":"{id}"}}"#),
         13 => format!(
             r#"{{"t":"hello","token":"app-token","device":{{"id":"tel-{}"}},"resume":{{"after":{}}}}}"#,
             x % 3,
@@ -295,7 +301,7 @@ fuzz_target!(|ops: Vec<Op>| {
                     platform: "web".into(),
                 };
                 let source = hermes_mobile::throttle::SourceKey::of([192, 0, 2, *source].into());
-                gw.handle_pair(now, next_request, source, req, format!("paired-token-{}", code % 2));
+                gw.handle_pair(now, next_request, source, req, format!("paired-token-{}", code % 4));
             }
             Op::Revoke { device, forget } => {
                 next_request += 1;

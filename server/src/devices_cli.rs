@@ -111,14 +111,18 @@ pub fn pair_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err(e) => return fail("pair", e, 2),
     };
-    if let Err(e) = become_owner(&config.state_dir) {
-        return fail("pair", e, 1);
-    }
+    let state_dir = config.state_dir.clone();
+    let dir_owner = match root_in_owners_dir(&state_dir) {
+        Ok(o) => o,
+        Err(e) => return fail("pair", e, 1),
+    };
     let code = match state::random_bytes::<CODE_BYTES>() {
         Ok(random) => codes::encode(&random),
         Err(e) => return fail("pair", format!("no random source: {e}"), 1),
     };
-    if let Err(e) = keep_code(&config.state_dir, &code, owner, ttl) {
+    let kept = keep_code(&state_dir, &code, owner, ttl);
+    give_back(&state_dir, dir_owner);
+    if let Err(e) = kept {
         return fail("pair", e, 1);
     }
     let port = if config.port == 0 {
@@ -171,36 +175,63 @@ fn journal_path(state_dir: &Path) -> Result<PathBuf, String> {
     Ok(state_dir.join(crate::server::JOURNAL_FILE))
 }
 
-/// `sudo hermes-mobile …` acts as the state directory's owner (the service's user): files
-/// it makes stay the service's, and a symlink that user planted in its own directory can
-/// lead root nowhere (L72). Settings are read before, as root.
-fn become_owner(state_dir: &Path) -> Result<(), String> {
+/// The files `pair` and `devices revoke` may write in the state directory.
+const WRITTEN: [&str; 5] = [
+    crate::server::JOURNAL_FILE,
+    "journal.sqlite3-wal",
+    "journal.sqlite3-shm",
+    crate::state::LOCK_FILE,
+    "push-subscriptions.json",
+];
+
+/// `sudo hermes-mobile …` in a state directory another user owns (the service's): the
+/// owner to give what it writes back to. It cannot become that user: the packaged
+/// service's directory (`DynamicUser=`) lies under `/var/lib/private`, which only root
+/// may pass, and SQLite resolves every path from `/`. So it refuses any of the files it
+/// writes that is not a plain file (a link that user planted would lead root elsewhere;
+/// with the service stopped, none of its processes runs to plant one meanwhile), and
+/// hands them back with `lchown` (L72).
+fn root_in_owners_dir(state_dir: &Path) -> Result<Option<(u32, u32)>, String> {
     use std::os::unix::fs::MetadataExt;
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Ok(());
+        return Ok(None);
     }
     let meta = match std::fs::metadata(state_dir) {
         Ok(m) => m,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        // Made now, root's: a gateway run by root (the packaged service has its directory
+        // from systemd before it first starts).
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("{}: {e}", state_dir.display())),
     };
     if meta.uid() == 0 {
-        return Ok(());
+        return Ok(None);
     }
-    // SAFETY: plain system calls on integers; each result is checked, and the process is
-    // single-threaded here (the CLI starts no thread before this).
-    let dropped = unsafe {
-        libc::setgroups(0, std::ptr::null()) == 0 && libc::setgid(meta.gid()) == 0 && libc::setuid(meta.uid()) == 0
-    };
-    if !dropped {
-        return Err(format!(
-            "cannot act as the owner of {}: {}",
-            state_dir.display(),
-            std::io::Error::last_os_error()
-        ));
+    for name in WRITTEN {
+        let path = state_dir.join(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if !m.file_type().is_file() || m.nlink() > 1 => {
+                return Err(format!(
+                    "{} is not a plain file; not touching it as root",
+                    path.display()
+                ))
+            }
+            _ => {}
+        }
     }
-    Ok(())
+    Ok(Some((meta.uid(), meta.gid())))
+}
+
+/// What root wrote goes back to the directory's owner; never through a link.
+fn give_back(state_dir: &Path, owner: Option<(u32, u32)>) {
+    use std::os::unix::fs::MetadataExt;
+    let Some((uid, gid)) = owner else { return };
+    for name in WRITTEN {
+        let path = state_dir.join(name);
+        if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_file() && m.uid() != uid) {
+            let _ = std::os::unix::fs::lchown(&path, Some(uid), Some(gid));
+        }
+    }
 }
 
 /// With no gateway answering on the control socket: the state directory's lock, which a
@@ -209,8 +240,9 @@ fn stopped_gateway(state_dir: &Path) -> Result<crate::state::StateLock, String> 
     match crate::state::lock_state_dir(state_dir, Duration::from_secs(2)) {
         Ok(Some(lock)) => Ok(lock),
         Ok(None) => Err(format!(
-            "a gateway runs on {} but its control socket ({}) does not answer: restart it \
-             (sudo systemctl restart hermes-mobile), then try again",
+            "a gateway runs on {} but its control socket ({}) does not answer: if it is \
+             starting, wait a moment and try again; otherwise restart it (sudo systemctl \
+             restart hermes-mobile)",
             state_dir.display(),
             crate::server::CONTROL_SOCKET
         )),
@@ -245,14 +277,20 @@ pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
         Ok(c) => c,
         Err(e) => return fail("devices", e, 2),
     };
-    if let Err(e) = become_owner(&config.state_dir) {
-        return fail("devices", e, 1);
-    }
+    let state_dir = config.state_dir.clone();
+    let dir_owner = match root_in_owners_dir(&state_dir) {
+        Ok(o) => o,
+        Err(e) => return fail("devices", e, 1),
+    };
     match (revoke, id) {
-        (true, Some(id)) if !id.trim().is_empty() => revoke_run(&config.state_dir, &id, forget),
+        (true, Some(id)) if !id.trim().is_empty() => {
+            let status = revoke_run(&state_dir, &id, forget);
+            give_back(&state_dir, dir_owner);
+            status
+        }
         (true, _) => fail("devices", format!("revoke needs a device id\n\n{DEVICES_USAGE}"), 2),
         (false, _) if forget => fail("devices", format!("--forget goes with revoke\n\n{DEVICES_USAGE}"), 2),
-        (false, _) => list_run(&config.state_dir, json_out),
+        (false, _) => list_run(&state_dir, json_out),
     }
 }
 
@@ -281,12 +319,11 @@ fn revoke_offline(state_dir: &Path, id: &str, forget: bool) -> Result<bool, Stri
         return Ok(false);
     }
     let device = DeviceId(id.to_owned());
-    let revoked = journal::devices::offline(&path, |conn| journal::devices::revoke(conn, &device, forget));
-    if revoked? {
-        crate::push::store::drop_device(state_dir, &device)?;
-        return Ok(true);
-    }
-    Ok(false)
+    let revoked = journal::devices::offline(&path, |conn| journal::devices::revoke(conn, &device, forget))?;
+    // Even for an id no longer paired: a revocation whose subscriptions file was not
+    // written (a power cut just after it) is finished by revoking again (L71).
+    crate::push::store::drop_device(state_dir, &device)?;
+    Ok(revoked)
 }
 
 /// One device as `--json` prints it.

@@ -116,15 +116,22 @@ fn a_phone_pairs_with_a_code_from_the_cli_and_revoking_it_cuts_it_off_within_a_s
         "{d}"
     );
 
+    // The phone is cut off as the revocation is asked, before its commit: timed from the
+    // CLI's start, not its exit (which waits for the fsync).
     let asked = Instant::now();
-    let (status, out, err) = cli(&server.state_dir, &["devices", "revoke", "tel-1"]);
-    assert_eq!(status, 0, "{out}\n{err}");
+    let revoking = Command::new(binary())
+        .env_clear()
+        .env("MOBILE_STATE_DIR", &server.state_dir)
+        .args(["devices", "revoke", "tel-1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the CLI");
     let (frames, close) = phone.closed();
-    assert!(
-        asked.elapsed() < Duration::from_secs(1),
-        "cut off in {:?}",
-        asked.elapsed()
-    );
+    let took = asked.elapsed();
+    assert!(took < Duration::from_secs(1), "cut off in {took:?}");
+    let out = revoking.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
     let e = frames.last().expect("an error first");
     assert_eq!(
         (e["code"].as_str(), e["fatal"].as_bool()),
@@ -337,7 +344,7 @@ fn the_state_directory_is_one_gateways_and_the_cli_never_writes_behind_a_running
     std::fs::remove_file(server.state_dir.join("control.sock")).unwrap();
     let (status, _, err) = cli(&server.state_dir, &["devices", "revoke", "tel-1"]);
     assert_eq!(status, 1);
-    assert!(err.contains("does not answer: restart it"), "{err}");
+    assert!(err.contains("does not answer") && err.contains("restart it"), "{err}");
     let (_, ready) = hello(&server, &token, "tel-1");
     assert_eq!(ready["t"], "ready", "nothing was revoked behind its back");
 }
@@ -354,4 +361,49 @@ fn a_pairing_must_say_it_is_json() {
     assert!(response.starts_with("HTTP/1.1 415"), "{response}");
     // The code was not spent.
     assert_eq!(post_pair(&server, &json!({"code": code})).0, 200);
+}
+
+#[test]
+fn sudo_pair_works_in_a_directory_only_root_can_reach_and_gives_the_files_back() {
+    // The packaged service's DynamicUser= state directory: /var/lib/private is root's
+    // alone (0700), the directory in it the service user's. `sudo hermes-mobile pair` with
+    // the gateway stopped writes there as root and hands what it wrote to the owner (L72);
+    // a link planted in place of one of those files is refused.
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let root = temp_dir("dynamic-user");
+    let private = root.join("private");
+    let state = private.join("hermes-mobile");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&state, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let nobody = 65534;
+    std::os::unix::fs::chown(&state, Some(nobody), Some(nobody)).unwrap();
+    pair_code(&state, &["--owner"]);
+    let journal = std::fs::metadata(state.join("journal.sqlite3")).unwrap();
+    assert_eq!(
+        (journal.uid(), journal.gid()),
+        (nobody, nobody),
+        "given back to the directory's owner"
+    );
+    let lock = std::fs::metadata(state.join("gateway.lock")).unwrap();
+    assert_eq!(lock.uid(), nobody);
+    let (status, out, err) = cli(&state, &["devices"]);
+    assert_eq!(status, 0, "{out}\n{err}");
+    let target = root.join("target");
+    std::fs::write(&target, "root's own").unwrap();
+    std::os::unix::fs::symlink(&target, state.join("push-subscriptions.json")).unwrap();
+    let (status, _, err) = cli(&state, &["devices", "revoke", "tel-1"]);
+    assert_eq!(status, 1);
+    assert!(err.contains("not a plain file"), "{err}");
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().uid(),
+        0,
+        "nothing followed the link"
+    );
+    let _ = std::fs::remove_dir_all(&root);
 }

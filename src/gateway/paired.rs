@@ -16,7 +16,7 @@ use crate::devices::tokens::MAX_PAIRED;
 use crate::devices::{CodeError, DeviceTokens, KeptCode, PairAttempts, PairCodes, PairError, Paired};
 use crate::ids::{ConnId, DeviceId};
 use crate::journal::Record;
-use crate::limits::{MAX_DEVICE_FIELD_CHARS, MAX_ID_CHARS};
+use crate::limits::MAX_DEVICE_FIELD_CHARS;
 use crate::text::truncate_chars;
 use crate::throttle::SourceKey;
 use crate::time::Time;
@@ -224,7 +224,6 @@ impl Gateway {
         if let Err(PairError::Full) = self.pairing.tokens.pair(paired.clone()) {
             return Err(PairOutcome::Full); // checked above
         }
-        self.pairing.unkept_revocations.remove(device.as_str());
         let role = if owner { "an owner device" } else { "a device" };
         // Whoever holds the id now (the old token, or the shared one) goes: the id is
         // reachable only with the new token from this moment.
@@ -252,17 +251,30 @@ impl Gateway {
         Ok(())
     }
 
+    /// The id to pair: one a `hello` could use (G8's 120 characters, L50, H3), and not one
+    /// `MOBILE_EXTRA_TOKENS` binds, whose token would stop working (L69).
     fn pair_device_id(&mut self, id: &str) -> Result<DeviceId, PairOutcome> {
-        if id.trim().is_empty() {
-            return Ok(self.ids.device_id());
-        }
-        if id.chars().count() > MAX_ID_CHARS {
-            return Err(PairOutcome::BadRequest("device.id is over 128 characters"));
-        }
-        if let Some(problem) = crate::hidden::device_id_problem(id) {
+        let device = if id.trim().is_empty() {
+            self.ids.device_id()
+        } else if id.chars().count() > MAX_DEVICE_FIELD_CHARS {
+            return Err(PairOutcome::BadRequest("device.id is over 120 characters"));
+        } else if let Some(problem) = crate::hidden::device_id_problem(id) {
             return Err(PairOutcome::BadRequest(problem));
+        } else {
+            DeviceId(id.to_owned())
+        };
+        let allowed = &self.config.allowed_devices;
+        if !allowed.is_empty() && !allowed.iter().any(|d| d == device.as_str()) {
+            return Err(PairOutcome::BadRequest(
+                "this device id is not in MOBILE_ALLOWED_DEVICES: pair it with an id the list allows",
+            ));
         }
-        Ok(DeviceId(id.to_owned()))
+        if self.config.extra_tokens.iter().any(|(d, _)| d == device.as_str()) {
+            return Err(PairOutcome::BadRequest(
+                "this device id is bound to a token of MOBILE_EXTRA_TOKENS",
+            ));
+        }
+        Ok(device)
     }
 
     /// The commit (or failure) a pairing waited for.
@@ -274,6 +286,8 @@ impl Gateway {
             previous,
         } = waiting;
         let outcome = if kept {
+            // Its row replaced the one a failed revocation left on disk.
+            self.pairing.unkept_revocations.remove(device.as_str());
             PairOutcome::Paired { device, token }
         } else {
             // Not on disk: it must not work now and then stop at the next restart. Memory
@@ -352,6 +366,13 @@ impl Gateway {
     fn revoke(&mut self, now: Time, device: &DeviceId, forget: bool) -> bool {
         let paired = self.pairing.tokens.revoke(device.as_str()).is_some();
         if !paired && !self.pairing.unkept_revocations.contains(device.as_str()) {
+            // Not paired (any more), but its subscriptions go all the same: a revocation
+            // whose subscriptions file was not written before a power cut is finished by
+            // asking again (L71).
+            if self.push.unsubscribe(device) {
+                log::info!("device {device:?} is not paired; its push subscriptions were removed");
+                self.outputs.push_back(Output::PushChanged);
+            }
             return false;
         }
         self.pairing.seen_written.remove(device.as_str());

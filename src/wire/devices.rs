@@ -9,7 +9,7 @@ use serde::{Deserialize as DeserializeDerive, Serialize};
 
 use super::client::{frame_id, ClientFrame, RawDevice, RawFrame};
 use super::error::Rejection;
-use crate::limits::MAX_ID_CHARS;
+use crate::limits::MAX_DEVICE_FIELD_CHARS;
 
 /// A frame's `device` field: `hello`'s object, or `revoke`'s device id.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,8 +71,8 @@ pub(super) fn revoke<'a>(raw: &RawFrame<'a>) -> Result<ClientFrame<'a>, Rejectio
     let id = frame_id(raw)?;
     // Never cut: a cut id could name another device than the one meant.
     let device = match raw.device_field() {
-        Some(DeviceField::Id(d)) if d.chars().count() > MAX_ID_CHARS => {
-            return Err(Rejection::bad_frame("device id is over 128 characters"))
+        Some(DeviceField::Id(d)) if d.chars().count() > MAX_DEVICE_FIELD_CHARS => {
+            return Err(Rejection::bad_frame("device id is over 120 characters"))
         }
         Some(DeviceField::Id(d)) if !d.trim().is_empty() => d.clone(),
         _ => return Err(Rejection::bad_frame("device must be a device id")),
@@ -131,7 +131,7 @@ mod tests {
             let r = parse_client_frame(bad).unwrap_err();
             assert_eq!(r.id.as_deref(), Some("r1"), "{}", String::from_utf8_lossy(bad));
         }
-        let long = format!(r#"{{"t":"revoke","id":"r1","device":"{}"}}"#, "x".repeat(129));
+        let long = format!(r#"{{"t":"revoke","id":"r1","device":"{}"}}"#, "x".repeat(121));
         assert!(
             parse_client_frame(long.as_bytes()).is_err(),
             "refused, not cut to another id"

@@ -82,7 +82,7 @@ impl Store {
 fn open_once(settings: &JournalSettings, clock: ClockSource, floor: Option<u64>) -> Result<Ready, Failure> {
     let path = &settings.path;
     prepare_file(path)?;
-    let conn = connect(path)?;
+    let conn = connect(path, false)?;
     let mut bounds = Bounds::new(settings);
     let now = now_unix_ms();
     let snapshot = (|| {
@@ -137,7 +137,7 @@ pub(super) fn open_for_cli(path: &Path) -> Result<Connection, String> {
         ),
     };
     prepare_file(path).map_err(failed)?;
-    connect(path).map_err(failed)
+    connect(path, true).map_err(failed)
 }
 
 /// Before SQLite sees the file: a regular file (or none yet), not from a newer build,
@@ -170,9 +170,14 @@ fn prepare_file(path: &Path) -> Result<(), Failure> {
 /// Opens the file with SQLite, refuses a newer schema (one still in the WAL of a newer
 /// build that crashed), checks it if the last run did not stop cleanly, switches to WAL
 /// and migrates.
-fn connect(path: &Path) -> Result<Connection, Failure> {
+/// `nofollow`: a journal that is a symbolic link is refused (the CLI, run as root, in a
+/// directory another user owns).
+fn connect(path: &Path, nofollow: bool) -> Result<Connection, Failure> {
     let sql_failed = |e: rusqlite::Error| classify(path, e);
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if nofollow {
+        flags |= OpenFlags::SQLITE_OPEN_NOFOLLOW;
+    }
     let conn = Connection::open_with_flags(path, flags).map_err(sql_failed)?;
     // Until the version is known to be ours, closing must not fold a newer build's WAL
     // into the file.

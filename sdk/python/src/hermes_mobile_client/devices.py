@@ -11,6 +11,7 @@ answered only on an owner connection (the shared MOBILE_TOKEN, or a device paire
 from __future__ import annotations
 
 import email.utils
+import http.client
 import json
 import time
 import urllib.error
@@ -27,7 +28,15 @@ from .request_frames import RequestsMixin
 __all__ = ["Device", "DevicesMixin", "PairError", "pair_with_code"]
 
 # What a refused `POST /pair` says in its `error`; anything else counts as `unavailable`.
-PAIR_ERRORS = ("forbidden", "too_many_attempts", "bad_request", "full", "owner_device", "unavailable", "not_kept")
+PAIR_ERRORS = (
+    "forbidden",
+    "too_many_attempts",
+    "bad_request",
+    "full",
+    "owner_device",
+    "unavailable",
+    "not_kept",
+)
 # 503 `busy`: the commit did not finish in time; like `not_kept`, run `pair` again.
 _PAIR_ALIASES = {"busy": "not_kept"}
 _PAIR_MESSAGES = {
@@ -35,9 +44,11 @@ _PAIR_MESSAGES = {
     "too_many_attempts": "too many failed pairing attempts from this address",
     "bad_request": "the gateway refused the pairing request",
     "full": "the gateway has as many paired devices as it keeps (256): revoke one first",
-    "owner_device": "this device id is an owner device's: pair it with a code from `hermes-mobile pair --owner`",
+    "owner_device": "this device id is an owner device's: pair it with a code from "
+    "`hermes-mobile pair --owner`",
     "unavailable": "this gateway cannot pair with a code",
-    "not_kept": "the gateway could not confirm the pairing, and the code is spent: run `hermes-mobile pair` again",
+    "not_kept": "the gateway could not confirm the pairing, and the code is spent: "
+    "run `hermes-mobile pair` again",
 }
 _STATUS_ERRORS = {400: "bad_request", 403: "forbidden", 409: "full", 429: "too_many_attempts"}
 # The wait to report when a 429 carries no readable Retry-After.
@@ -175,11 +186,13 @@ def pair_with_code(
         status, retry_after = e.code, e.headers.get("Retry-After")
         try:
             raw = e.read(_MAX_ANSWER_BYTES)
-        except OSError:
+        except (OSError, http.client.HTTPException):
             raw = b""
         finally:
             e.close()
-    except (OSError, ValueError) as e:  # URLError, refused, reset, timed out; a bad host
+    # URLError, refused, reset, timed out; a bad host; a peer that is not HTTP (BadStatusLine,
+    # IncompleteRead and the rest of http.client's own exceptions).
+    except (OSError, ValueError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", None) or e
         raise PairError("network", f"the gateway at {url} could not be reached: {reason}") from None
     try:
