@@ -147,6 +147,8 @@ fn pairing_again_replaces_the_token_and_cuts_the_old_one_off_at_once() {
     add_code(&mut h, 2, false);
     pair(&mut h, 1, "tel-1", DEVICE_TOKEN);
     let (old, _) = hello(&mut h, DEVICE_TOKEN, "tel-1");
+    h.agent(card("tel-1", "c1"));
+    h.take_events();
     assert!(matches!(
         pair(&mut h, 2, "tel-1", OTHER_TOKEN),
         PairOutcome::Paired { .. }
@@ -157,6 +159,14 @@ fn pairing_again_replaces_the_token_and_cuts_the_old_one_off_at_once() {
     refused(&h, conn, &frames, "auth_failed");
     let (_, frames) = hello(&mut h, OTHER_TOKEN, "tel-1");
     assert_eq!(frames[0]["t"], "ready");
+    // The old phone's card closed with it: its notification's buttons answer nothing.
+    let events = h.take_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, AgentEvent::PromptExpired { prompt, .. } if prompt.as_str() == "c1")),
+        "{events:?}"
+    );
 }
 
 fn card(device: &str, prompt: &str) -> AgentCommand {

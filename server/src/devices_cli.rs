@@ -284,7 +284,8 @@ pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
     };
     match (revoke, id) {
         (true, Some(id)) if !id.trim().is_empty() => {
-            let status = revoke_run(&state_dir, &id, forget);
+            let ntfy = config.push.as_ref().is_some_and(|p| p.ntfy.is_some());
+            let status = revoke_run(&state_dir, &id, forget, ntfy);
             give_back(&state_dir, dir_owner);
             status
         }
@@ -294,7 +295,7 @@ pub fn devices_run(env: &HashMap<String, String>, args: &[String]) -> i32 {
     }
 }
 
-fn revoke_run(state_dir: &Path, id: &str, forget: bool) -> i32 {
+fn revoke_run(state_dir: &Path, id: &str, forget: bool, ntfy: bool) -> i32 {
     let shown = reveal(id);
     let request = json!({"cmd": "revoke", "device": id, "forget": forget});
     match ask(state_dir, &request) {
@@ -308,6 +309,13 @@ fn revoke_run(state_dir: &Path, id: &str, forget: bool) -> i32 {
     }
     let forgotten = if forget { " and its journal deleted" } else { "" };
     println!("Revoked {shown:?}{forgotten}: its token, push subscriptions and held replies are gone.");
+    if ntfy {
+        // One topic for every device: nothing here can take it back from one phone.
+        println!(
+            "ntfy (MOBILE_NTFY_URL) sends every device's notifications to one topic: if that phone \
+             had the ntfy app, change the topic and its token, then restart (docs/security.md)."
+        );
+    }
     0
 }
 

@@ -230,6 +230,9 @@ impl Gateway {
         if previous.is_some() {
             log::warn!("device {device:?} paired again as {role}: its old token stops working");
             self.cut_off(&device, "this device was paired again");
+            // The old phone's lock screen goes too: its notifications and their buttons
+            // (a reinstall subscribes again after its `ready`).
+            self.close_cards_and_push(now, &device);
         } else {
             log::info!("device {device:?} paired as {role}");
             self.cut_off(
@@ -381,16 +384,10 @@ impl Gateway {
             if forget { ", and its journal forgotten" } else { "" }
         );
         self.cut_off(device, "this device was revoked");
-        let cards: Vec<_> = self.prompts.for_device(device).iter().map(|c| c.id.clone()).collect();
-        for card in cards {
-            self.expire_card(now, card);
-        }
+        self.close_cards_and_push(now, device);
         if let Some(d) = self.devices.get_mut(device) {
             d.hold.take();
             d.hold_slot = None;
-        }
-        if self.push.unsubscribe(device) {
-            self.outputs.push_back(Output::PushChanged);
         }
         if forget {
             self.forget_media(device);
@@ -398,6 +395,19 @@ impl Gateway {
         }
         self.keep(Record::Unpair { device: device.clone() });
         true
+    }
+
+    /// What a phone that held `device` can still do from its lock screen ends: its open
+    /// cards close as their TTL would close them (their notification buttons then answer
+    /// 409), and its push subscriptions go.
+    fn close_cards_and_push(&mut self, now: Time, device: &DeviceId) {
+        let cards: Vec<_> = self.prompts.for_device(device).iter().map(|c| c.id.clone()).collect();
+        for card in cards {
+            self.expire_card(now, card);
+        }
+        if self.push.unsubscribe(device) {
+            self.outputs.push_back(Output::PushChanged);
+        }
     }
 
     /// Closes every connection of `device` with a fatal `auth_failed` and 1008.
